@@ -1,0 +1,1 @@
+"""The bundled camera-fleet load tester (``python -m loadtest``)."""

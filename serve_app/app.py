@@ -1,0 +1,55 @@
+"""The application builder: the ``import_path`` of every Serve config.
+
+``serve run configs/cpu.yaml`` calls :func:`build_app` with the YAML's
+``args:``; the graph is Ingress → VideoDecoder → VideoModel, composed with
+``DeploymentHandle``s.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from ray.serve import Application
+
+from serve_app.config import AppConfig
+from serve_app.deployments.decoder import VideoDecoder
+from serve_app.deployments.ingress import Ingress
+from serve_app.deployments.model import VideoModel
+
+logger = logging.getLogger(__name__)
+
+
+def resolve_paths(config: AppConfig) -> AppConfig:
+    """Makes relative local paths absolute against the current directory.
+
+    Replicas may run with another working directory, so ``model_id`` (when it
+    is a local path or a checkpoint to build) and the allowed roots are fixed
+    here, where the user's relative paths mean what they wrote.
+    """
+    model = config.model
+    model_id = model.model_id
+    is_local = model.checkpoint is not None or model_id.startswith((".", "/", "~")) or Path(model_id).exists()
+    if is_local:
+        model_id = str(Path(model_id).expanduser().resolve())
+    roots = [str(Path(r).expanduser().resolve()) for r in config.sources.allowed_roots]
+    return config.model_copy(
+        update={
+            "model": model.model_copy(update={"model_id": model_id}),
+            "sources": config.sources.model_copy(update={"allowed_roots": roots}),
+        }
+    )
+
+
+def build_app(args: dict[str, Any] | None = None) -> Application:
+    """Builds the Serve application from a Serve config's ``args``.
+
+    Raises:
+        pydantic.ValidationError: ``args`` do not match :class:`AppConfig`.
+    """
+    config = resolve_paths(AppConfig.model_validate(args or {}))
+    cfg = config.model_dump(mode="json")
+    decoder = VideoDecoder.options(**config.decoder.ray_options()).bind(cfg)
+    model = VideoModel.options(**config.model_replica.ray_options()).bind(cfg)
+    return Ingress.options(**config.ingress.ray_options()).bind(cfg, decoder, model)

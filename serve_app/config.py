@@ -1,0 +1,213 @@
+"""The one typed configuration of the application.
+
+A Serve config file's ``args:`` maps onto :class:`AppConfig`; so do the KubeRay
+manifest (rendered from ``configs/a100.yaml``) and the load tester, which
+reads the same file to learn the server's limits. Every model is
+``extra="forbid"``: a misspelled key fails at load time, not on a cluster.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+#: Qwen2.5-VL patch (14 px) × spatial merge (2): frame sides are multiples of
+#: this many pixels (model-facts.md, preprocessor_config.json).
+PIXEL_FACTOR = 28
+
+#: Cosmos-Reason1's system prompt, verbatim from NVIDIA's published recipe.
+COSMOS_SYSTEM_PROMPT = (
+    "You are a helpful assistant. Answer the question in the following format: "
+    "<think>\nyour reasoning\n</think>\n\n<answer>\nyour answer\n</answer>."
+)
+#: The plain Qwen default system prompt (used by the benchmarks).
+DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant."
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PixelBudget(_Model):
+    """How big sampled frames may be (pixels), per the Cosmos-Reason1 recipe."""
+
+    total_pixels: int = Field(
+        6_422_528,
+        gt=0,
+        description="Pixel budget of a whole clip (= 8192·28², i.e. 8192 vision tokens; Cosmos-Reason1 recipe).",
+    )
+    max_frame_pixels: int = Field(
+        768 * PIXEL_FACTOR**2,
+        gt=0,
+        description="Per-frame cap before the clip share is applied (768·28² = 602,112; Cosmos-Reason1 recipe).",
+    )
+    min_frame_pixels: int = Field(
+        128 * PIXEL_FACTOR**2,
+        gt=0,
+        description="Smallest frame area (128·28² = 100,352; qwen-vl-utils VIDEO_MIN_PIXELS, also the "
+        "transformers Qwen2-VL video processor default).",
+    )
+    max_aspect_ratio: float = Field(200.0, gt=1, description="Largest long/short side ratio Qwen2.5-VL accepts.")
+
+
+class DecodeConfig(_Model):
+    """Clip decoding and frame sampling."""
+
+    fps: float = Field(4.0, gt=0, le=30, description="Default sampling rate in frames per second (Cosmos recipe: 4).")
+    max_frames: int = Field(128, ge=2, description="Default cap on sampled frames per clip.")
+    budget: PixelBudget = Field(default_factory=PixelBudget, description="Frame size limits.")
+    threads: int = Field(1, ge=0, description="FFmpeg decoder threads per clip (0 = FFmpeg's automatic choice).")
+    timeout_s: float = Field(60.0, gt=0, description="Wall-clock limit for decoding one clip, in seconds.")
+
+
+class LimitsConfig(_Model):
+    """Request limits; each violation is a 4xx naming the limit."""
+
+    max_upload_bytes: int = Field(200 * 1000 * 1000, gt=0, description="Largest accepted clip, in bytes (200 MB).")
+    max_clip_duration_s: float = Field(600.0, gt=0, description="Longest accepted clip, in seconds (10 min).")
+    max_source_width: int = Field(7680, gt=0, description="Widest accepted source frame, in pixels (8K UHD).")
+    max_source_height: int = Field(4320, gt=0, description="Tallest accepted source frame, in pixels (8K UHD).")
+    max_frames: int = Field(512, ge=2, description="Largest `max_frames` a request may ask for.")
+    max_question_chars: int = Field(8000, gt=0, description="Longest accepted question, in characters.")
+    max_tokens: int = Field(8192, gt=0, description="Largest `max_tokens` a request may ask for.")
+    request_timeout_s: float = Field(600.0, gt=0, description="Total time a request may take, in seconds.")
+
+
+class SourcesConfig(_Model):
+    """Where clips may come from besides uploaded bytes."""
+
+    allowed_roots: list[str] = Field(
+        default_factory=list,
+        description="Directories a JSON `video_path` may point into (resolved, symlinks followed). Empty: none.",
+    )
+
+
+class SamplingDefaults(_Model):
+    """Generation defaults: NVIDIA's Cosmos-Reason1 inference recipe."""
+
+    temperature: float = Field(0.6, ge=0, le=2, description="Sampling temperature (recipe: 0.6).")
+    top_p: float = Field(0.95, gt=0, le=1, description="Nucleus sampling mass (recipe: 0.95).")
+    repetition_penalty: float = Field(1.05, gt=0, le=2, description="Repetition penalty (recipe: 1.05).")
+    max_tokens: int = Field(4096, gt=0, description="Default output budget in tokens (recipe: 4096).")
+
+
+class ModelConfig(_Model):
+    """The model replica: which checkpoint, which engine, which defaults."""
+
+    model_id: str = Field(
+        "nvidia/Cosmos-Reason1-7B", description="Hub id or local checkpoint directory (relative: to the cwd)."
+    )
+    served_model_name: str | None = Field(None, description="Name reported in responses; default: model_id.")
+    backend: str = Field(
+        "vllm",
+        pattern=r"^(transformers|vllm|[\w.]+:\w+)$",
+        description="Engine: `transformers` (CPU, tests, laptop), `vllm` (GPU, AsyncLLM), or an import "
+        "path `module:factory` returning a serve_app.engines.base.Engine (tests inject engines this way).",
+    )
+    checkpoint: Literal["tiny-random", "full-dummy"] | None = Field(
+        None,
+        description="Build this generated checkpoint at model_id on first start if missing "
+        "(python -m serve_app.checkpoint). None: model_id must already exist or be a hub id.",
+    )
+    engine_args: dict[str, Any] = Field(
+        default_factory=dict, description="vLLM engine arguments, passed to AsyncEngineArgs unchanged."
+    )
+    device: str = Field("cpu", description="torch device of the transformers backend.")
+    max_concurrent_requests: int = Field(
+        1, ge=1, description="transformers backend: requests generated at once (a lock; CPU generate is serial)."
+    )
+    system_prompt: str = Field(COSMOS_SYSTEM_PROMPT, description="System prompt (default: the Cosmos-Reason1 one).")
+    sampling: SamplingDefaults = Field(default_factory=SamplingDefaults, description="Generation defaults.")
+    allow_ignore_eos: bool = Field(
+        False, description="Accept the benchmark-only `ignore_eos` request option (random-weight models)."
+    )
+    warmup: bool = Field(True, description="Run one tiny request when the replica starts.")
+
+    @property
+    def name(self) -> str:
+        """The model name reported to clients."""
+        return self.served_model_name or self.model_id
+
+
+class DeploymentOptions(_Model):
+    """Ray Serve options of one deployment (mapped onto ``Deployment.options``)."""
+
+    num_replicas: int | None = Field(None, ge=1, description="Fixed replica count (omit with autoscaling).")
+    autoscaling_config: dict[str, Any] | None = Field(
+        None, description="Ray Serve AutoscalingConfig (min/max_replicas, target_ongoing_requests, …)."
+    )
+    num_cpus: float = Field(1.0, ge=0, description="CPUs reserved per replica.")
+    num_gpus: float = Field(0.0, ge=0, description="GPUs reserved per replica.")
+    memory_bytes: int | None = Field(None, gt=0, description="Memory reserved per replica, in bytes.")
+    max_ongoing_requests: int = Field(8, ge=1, description="Requests one replica runs at once.")
+    max_queued_requests: int = Field(-1, ge=-1, description="Requests queued for the deployment (-1: unbounded).")
+    health_check_period_s: float = Field(10.0, gt=0, description="Seconds between replica health checks.")
+    health_check_timeout_s: float = Field(30.0, gt=0, description="Seconds before a health check counts as failed.")
+
+    @model_validator(mode="after")
+    def _one_scaling_mode(self) -> "DeploymentOptions":
+        if self.num_replicas is not None and self.autoscaling_config is not None:
+            raise ValueError("set num_replicas or autoscaling_config, not both")
+        return self
+
+    def ray_options(self) -> dict[str, Any]:
+        """Keyword arguments for ``Deployment.options``."""
+        actor: dict[str, Any] = {"num_cpus": self.num_cpus, "num_gpus": self.num_gpus}
+        if self.memory_bytes:
+            actor["memory"] = self.memory_bytes
+        opts: dict[str, Any] = {
+            "ray_actor_options": actor,
+            "max_ongoing_requests": self.max_ongoing_requests,
+            "max_queued_requests": self.max_queued_requests,
+            "health_check_period_s": self.health_check_period_s,
+            "health_check_timeout_s": self.health_check_timeout_s,
+        }
+        if self.autoscaling_config is not None:
+            opts["autoscaling_config"] = self.autoscaling_config
+        else:
+            opts["num_replicas"] = self.num_replicas or 1
+        return opts
+
+
+class AppConfig(_Model):
+    """Everything ``build_app`` needs: the Serve YAML's ``args:``."""
+
+    model: ModelConfig = Field(default_factory=ModelConfig, description="Model replica settings.")
+    decode: DecodeConfig = Field(default_factory=DecodeConfig, description="Decoding and sampling.")
+    limits: LimitsConfig = Field(default_factory=LimitsConfig, description="Request limits.")
+    sources: SourcesConfig = Field(default_factory=SourcesConfig, description="Allowed clip sources.")
+    ingress: DeploymentOptions = Field(
+        default_factory=lambda: DeploymentOptions(num_cpus=0.1, max_ongoing_requests=256),
+        description="HTTP ingress deployment options.",
+    )
+    decoder: DeploymentOptions = Field(
+        default_factory=lambda: DeploymentOptions(
+            num_cpus=1.0,
+            max_ongoing_requests=2,
+            autoscaling_config={"min_replicas": 1, "max_replicas": 4, "target_ongoing_requests": 1},
+        ),
+        description="Video decode deployment options (CPU; autoscaled).",
+    )
+    model_replica: DeploymentOptions = Field(
+        default_factory=lambda: DeploymentOptions(num_cpus=1.0, max_ongoing_requests=64),
+        description="Model deployment options (one GPU per replica in the GPU configs).",
+    )
+
+
+def load_serve_config(path: str | Path) -> dict[str, Any]:
+    """Reads a Serve config file (YAML) into a dict."""
+    return yaml.safe_load(Path(path).read_text())
+
+
+def app_config_from_file(path: str | Path, app_index: int = 0) -> AppConfig:
+    """The :class:`AppConfig` of one application in a Serve config file.
+
+    Raises:
+        pydantic.ValidationError: the ``args`` do not match the config model.
+        KeyError, IndexError: the file has no such application.
+    """
+    doc = load_serve_config(path)
+    return AppConfig.model_validate(doc["applications"][app_index].get("args") or {})

@@ -1,0 +1,55 @@
+"""The CPU decode/sampling deployment: a thin wrapper around :func:`decode_clip`.
+
+Decoding is blocking C code, so it runs in a thread pool sized to the
+replica's ``max_ongoing_requests``; the event loop stays free for health
+checks and new requests. Results cross the handle as values: a
+:class:`DecodedClip` or an :class:`ErrorInfo`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from concurrent.futures import ThreadPoolExecutor
+
+from ray import serve
+
+from serve_app.config import AppConfig
+from serve_app.decoder import DecodedClip, SampleRequest, decode_clip
+from serve_app.errors import ErrorInfo, ServeAppError, internal_error
+from serve_app.sources import ClipSource, resolve_local_path
+
+logger = logging.getLogger("ray.serve")
+
+
+@serve.deployment(name="VideoDecoder")
+class VideoDecoder:
+    """Decodes and samples clips on CPU.
+
+    Args:
+        config: the application config (as a dict, as Serve passes it).
+    """
+
+    def __init__(self, config: dict):
+        self.config = AppConfig.model_validate(config)
+        workers = max(1, self.config.decoder.max_ongoing_requests)
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="decode")
+
+    def _decode(self, source: ClipSource, request: SampleRequest) -> DecodedClip:
+        cfg = self.config
+        if source.path is not None:
+            path = resolve_local_path(source.path, cfg.sources.allowed_roots, cfg.limits.max_upload_bytes)
+            return decode_clip(path, request, cfg.decode, cfg.limits)
+        return decode_clip(source.data, request, cfg.decode, cfg.limits)
+
+    async def decode(self, source: ClipSource, request: SampleRequest, request_id: str = "") -> DecodedClip | ErrorInfo:
+        """Decodes one clip; returns the clip, or the client-visible error as a value."""
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._pool, self._decode, source, request)
+        except ServeAppError as e:
+            logger.info("request %s: clip %s rejected: %s %s", request_id, source.name, e.status, e.message)
+            return e.info()
+        except Exception:
+            logger.exception("request %s: decoder bug on %s", request_id, source.name)
+            return internal_error(request_id)

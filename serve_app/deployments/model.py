@@ -1,0 +1,129 @@
+"""The model deployment: one engine per replica, streaming results as values.
+
+``generate`` receives the decoder's result directly (the ingress passes the
+decoder's ``DeploymentResponse`` through, so frames go from the decode
+replica to this one without a stop in the ingress) and yields plain dicts:
+
+* ``{"type": "clip", "video": {...}, "warnings": [...], "decode_ms": ...}`` first,
+  or ``{"type": "error", "error": ErrorInfo}`` (then nothing else);
+* ``{"type": "delta", "text": "...", "completion_tokens": n}`` as tokens arrive;
+* ``{"type": "done", "finish_reason": ..., "prompt_tokens": ..., ...}`` last.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+from ray import serve
+
+from serve_app.config import AppConfig
+from serve_app.decoder import DecodedClip, describe
+from serve_app.engines.base import EngineDeadError, GenerationRequest, SamplingOptions, create_engine
+from serve_app.errors import ErrorInfo, OverloadedError, internal_error
+from serve_app.prompt import render_prompt
+from serve_app.sampling import video_tokens
+
+logger = logging.getLogger("ray.serve")
+
+
+@serve.deployment(name="VideoModel")
+class VideoModel:
+    """Answers questions about decoded clips with the configured engine.
+
+    Args:
+        config: the application config (as a dict, as Serve passes it).
+    """
+
+    async def __init__(self, config: dict):
+        self.config = AppConfig.model_validate(config)
+        t0 = time.perf_counter()
+        self.engine = create_engine(self.config.model)
+        await self.engine.start()
+        if self.config.model.warmup:
+            await self._warmup()
+        self.start_s = time.perf_counter() - t0
+        logger.info(
+            "model replica ready in %.1f s (backend %s, model %s, random weights %s)",
+            self.start_s,
+            self.config.model.backend,
+            self.config.model.name,
+            self.engine.random_weights,
+        )
+
+    async def _warmup(self) -> None:
+        frames = np.zeros((2, 336, 336, 3), dtype=np.uint8)  # 336² ≥ the 128·28² minimum frame area
+        req = GenerationRequest(
+            request_id="warmup",
+            frames=frames,
+            fps=self.config.decode.fps,
+            prompt=render_prompt("warm-up", self.config.model.system_prompt),
+            sampling=SamplingOptions(max_tokens=2, temperature=0.0, top_p=1.0, repetition_penalty=1.0),
+        )
+        async for _ in self.engine.generate(req):
+            pass
+
+    def replica_start_s(self) -> float:
+        """Seconds this replica took to start (engine load and warm-up)."""
+        return self.start_s
+
+    async def generate(self, request_id: str, clip: DecodedClip | ErrorInfo, question: str, sampling: SamplingOptions):
+        """Streams the answer for one decoded clip (see the module docstring for the chunk shapes)."""
+        if isinstance(clip, ErrorInfo):
+            yield {"type": "error", "error": clip}
+            return
+        cfg = self.config
+        yield {
+            "type": "clip",
+            "video": describe(clip),
+            "warnings": clip.warnings,
+            "decode_ms": clip.decode_ms,
+            "video_tokens": video_tokens(clip.num_frames, clip.frames.shape[1], clip.frames.shape[2]),
+            "model": cfg.model.name,
+            "random_weights": self.engine.random_weights,
+        }
+        req = GenerationRequest(
+            request_id=request_id,
+            frames=clip.frames,
+            fps=clip.fps,
+            prompt=render_prompt(question, cfg.model.system_prompt),
+            sampling=sampling,
+        )
+        t0 = time.perf_counter()
+        queue_ms = None
+        ttft_ms = None
+        finished = False
+        try:
+            async for chunk in self.engine.generate(req):
+                if chunk.queue_ms is not None:
+                    queue_ms = chunk.queue_ms
+                if chunk.text:
+                    if ttft_ms is None:
+                        ttft_ms = (time.perf_counter() - t0) * 1000
+                    yield {"type": "delta", "text": chunk.text, "completion_tokens": chunk.completion_tokens}
+                if chunk.finished:
+                    finished = True
+                    total_ms = (time.perf_counter() - t0) * 1000
+                    yield {
+                        "type": "done",
+                        "finish_reason": chunk.finish_reason,
+                        "prompt_tokens": chunk.prompt_tokens,
+                        "completion_tokens": chunk.completion_tokens,
+                        "queue_ms": queue_ms,
+                        "model_ms": total_ms - (queue_ms or 0.0),
+                        "ttft_ms": ttft_ms,
+                    }
+        except EngineDeadError as e:
+            logger.error("request %s: engine dead: %s", request_id, e)
+            yield {"type": "error", "error": OverloadedError("the model replica is restarting; retry").info()}
+        except Exception:
+            logger.exception("request %s: engine failure", request_id)
+            yield {"type": "error", "error": internal_error(request_id)}
+        finally:
+            if not finished:  # cancelled (client went away) or failed: free the engine slot
+                await self.engine.abort(request_id)
+
+    async def check_health(self) -> None:
+        """Serve's health check: raises when the engine is dead, so the replica is replaced."""
+        await self.engine.check_health()

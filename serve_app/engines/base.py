@@ -1,0 +1,138 @@
+"""The engine interface the model deployment talks to.
+
+An engine turns one :class:`GenerationRequest` (frames + question + sampling
+parameters) into a stream of :class:`GenerationChunk` values. The graph
+never imports a concrete engine: :func:`create_engine` picks one from the
+config (``transformers`` on CPU, ``vllm`` on GPU, or any ``module:factory``
+import path, which is how tests inject engines).
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import importlib
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from serve_app.config import ModelConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingOptions:
+    """Per-request generation settings (recipe defaults filled in by the caller).
+
+    Attributes:
+        max_tokens: output budget in tokens.
+        temperature, top_p, repetition_penalty: sampling parameters.
+        seed: optional RNG seed.
+        ignore_eos: keep generating past end-of-sequence (benchmarks with random weights).
+    """
+
+    max_tokens: int
+    temperature: float
+    top_p: float
+    repetition_penalty: float
+    seed: int | None = None
+    ignore_eos: bool = False
+
+
+@dataclasses.dataclass
+class GenerationRequest:
+    """One clip question for an engine.
+
+    Attributes:
+        request_id: unique id (used to abort).
+        frames: ``(T, H, W, 3) uint8`` RGB, T even, H and W multiples of 28.
+        fps: effective sampling rate of ``frames`` (frames/s), for temporal positions.
+        prompt: full prompt text with one video placeholder (see serve_app.prompt).
+        sampling: generation settings.
+    """
+
+    request_id: str
+    frames: np.ndarray
+    fps: float
+    prompt: str
+    sampling: SamplingOptions
+
+
+@dataclasses.dataclass
+class GenerationChunk:
+    """A piece of an engine's output stream.
+
+    Attributes:
+        text: newly generated text (delta).
+        completion_tokens: tokens generated so far.
+        prompt_tokens: prompt length in tokens (video tokens included), once known.
+        finished: True on the last chunk.
+        finish_reason: ``stop``, ``length`` or ``abort`` on the last chunk.
+        queue_ms: time (ms) the request waited before the engine started it, once known.
+    """
+
+    text: str = ""
+    completion_tokens: int = 0
+    prompt_tokens: int | None = None
+    finished: bool = False
+    finish_reason: str | None = None
+    queue_ms: float | None = None
+
+
+class EngineDeadError(RuntimeError):
+    """The engine can no longer serve requests (the replica must be replaced)."""
+
+
+class Engine(abc.ABC):
+    """A generation engine bound to one model."""
+
+    #: True when the weights are random (generated checkpoint or dummy load):
+    #: outputs are meaningless and responses must say so.
+    random_weights: bool = False
+
+    @abc.abstractmethod
+    async def start(self) -> None:
+        """Loads the model. Raises on failure (the replica then fails to start)."""
+
+    @abc.abstractmethod
+    def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
+        """Streams the output of one request; the last chunk has ``finished=True``.
+
+        Raises:
+            EngineDeadError: the engine died.
+        """
+
+    @abc.abstractmethod
+    async def abort(self, request_id: str) -> None:
+        """Stops a running request and frees its resources (no-op if unknown)."""
+
+    @abc.abstractmethod
+    async def check_health(self) -> None:
+        """Raises :class:`EngineDeadError` if the engine cannot serve."""
+
+    async def shutdown(self) -> None:
+        """Releases the engine (optional)."""
+
+
+def create_engine(config: "ModelConfig") -> Engine:
+    """Builds the engine named by ``config.backend``.
+
+    ``transformers`` and ``vllm`` are built in; any other value is an import
+    path ``package.module:factory`` called with the :class:`ModelConfig`.
+
+    Raises:
+        ValueError: unknown backend name or import path.
+    """
+    if config.backend == "transformers":
+        from serve_app.engines.transformers_engine import TransformersEngine
+
+        return TransformersEngine(config)
+    if config.backend == "vllm":
+        from serve_app.engines.vllm_engine import VLLMEngine
+
+        return VLLMEngine(config)
+    if ":" in config.backend:
+        module, _, attr = config.backend.partition(":")
+        return getattr(importlib.import_module(module), attr)(config)
+    raise ValueError(f"unknown engine backend {config.backend!r}")

@@ -1,0 +1,183 @@
+"""A CPU engine on Hugging Face transformers (tests and the laptop default).
+
+Runs ``Qwen2_5_VLForConditionalGeneration.generate`` in a worker thread and
+streams text through a ``TextStreamer``. Requests run one at a time (a lock:
+CPU ``generate`` is compute-bound and serial); the time spent waiting for
+the lock is the request's ``queue_ms``. Aborts stop generation at the next
+token through a ``StoppingCriteria``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from serve_app.checkpoint import ensure_checkpoint, has_random_weights
+from serve_app.config import ModelConfig
+from serve_app.engines.base import Engine, EngineDeadError, GenerationChunk, GenerationRequest
+
+logger = logging.getLogger(__name__)
+
+_DONE = object()
+
+
+class TransformersEngine(Engine):
+    """Qwen2.5-VL on transformers, for CPU.
+
+    Args:
+        config: model settings; ``config.checkpoint`` builds a generated
+            checkpoint at ``config.model_id`` on first start if missing.
+    """
+
+    def __init__(self, config: ModelConfig):
+        self.config = config
+        self._lock = asyncio.Semaphore(config.max_concurrent_requests)
+        self._cancel: dict[str, threading.Event] = {}
+        self._dead: str | None = None
+        self.model = None
+        self.processor = None
+
+    async def start(self) -> None:
+        """Loads processor and model (building the checkpoint first if configured)."""
+        await asyncio.get_running_loop().run_in_executor(None, self._load)
+
+    def _load(self) -> None:
+        import torch
+        from transformers import AutoProcessor, Qwen2_5_VLForConditionalGeneration
+
+        path = self.config.model_id
+        if self.config.checkpoint:
+            path = str(ensure_checkpoint(self.config.checkpoint, path))
+        self.random_weights = Path(path).is_dir() and has_random_weights(path)
+        torch.set_num_threads(max(1, torch.get_num_threads()))
+        self.processor = AutoProcessor.from_pretrained(path)
+        self.model = (
+            Qwen2_5_VLForConditionalGeneration.from_pretrained(path, dtype=torch.float32)
+            .to(self.config.device)
+            .eval()
+        )
+        logger.info("transformers engine loaded %s (random weights: %s)", path, self.random_weights)
+
+    def _inputs(self, request: GenerationRequest):
+        from transformers.video_utils import VideoMetadata
+
+        return self.processor(
+            text=[request.prompt],
+            videos=[request.frames],
+            video_metadata=[VideoMetadata(total_num_frames=int(request.frames.shape[0]), fps=request.fps)],
+            do_sample_frames=False,
+            cap_pixels_per_frame=False,  # frames already fit the Cosmos pixel budget
+            return_tensors="pt",
+        ).to(self.config.device)
+
+    def _run(self, request: GenerationRequest, emit, cancel: threading.Event) -> tuple[int, int, str]:
+        import torch
+        from transformers import StoppingCriteria, StoppingCriteriaList, TextStreamer
+
+        inputs = self._inputs(request)
+        prompt_tokens = int(inputs["input_ids"].shape[1])
+        emit(GenerationChunk(prompt_tokens=prompt_tokens))
+        counter = {"n": 0}
+
+        class _Streamer(TextStreamer):
+            def put(self, value):
+                if not self.next_tokens_are_prompt:
+                    counter["n"] += int(value.numel())
+                super().put(value)
+
+            def on_finalized_text(self, text: str, stream_end: bool = False) -> None:
+                if text:
+                    emit(GenerationChunk(text=text, completion_tokens=counter["n"]))
+
+        class _Cancel(StoppingCriteria):
+            def __call__(self, input_ids, scores, **kwargs):
+                return torch.full((input_ids.shape[0],), cancel.is_set(), dtype=torch.bool)
+
+        s = request.sampling
+        if s.seed is not None:
+            torch.manual_seed(s.seed)
+        kwargs = dict(
+            max_new_tokens=s.max_tokens,
+            do_sample=s.temperature > 0,
+            repetition_penalty=s.repetition_penalty,
+            streamer=_Streamer(self.processor.tokenizer, skip_prompt=True, skip_special_tokens=True),
+            stopping_criteria=StoppingCriteriaList([_Cancel()]),
+        )
+        if s.temperature > 0:
+            kwargs.update(temperature=s.temperature, top_p=s.top_p)
+        if s.ignore_eos:
+            kwargs["min_new_tokens"] = s.max_tokens
+        with torch.inference_mode():
+            out = self.model.generate(**inputs, **kwargs)
+        n_out = int(out.shape[1]) - prompt_tokens
+        if cancel.is_set():
+            reason = "abort"
+        elif n_out >= s.max_tokens:
+            reason = "length"
+        else:
+            reason = "stop"
+        return prompt_tokens, n_out, reason
+
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
+        """Streams one request's output (see :class:`Engine`)."""
+        if self._dead:
+            raise EngineDeadError(self._dead)
+        t_arrive = time.perf_counter()
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue = asyncio.Queue()
+        cancel = threading.Event()
+        self._cancel[request.request_id] = cancel
+
+        def emit(item) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, item)
+
+        async with self._lock:
+            queue_ms = (time.perf_counter() - t_arrive) * 1000
+            yield GenerationChunk(queue_ms=queue_ms)
+
+            def work():
+                try:
+                    emit(self._run(request, emit, cancel))
+                except BaseException as e:  # noqa: BLE001 - forwarded to the async side
+                    emit(e)
+                finally:
+                    emit(_DONE)
+
+            fut = loop.run_in_executor(None, work)
+            result = None
+            n_tokens = 0
+            try:
+                while True:
+                    item = await queue.get()
+                    if item is _DONE:
+                        break
+                    if isinstance(item, BaseException):
+                        raise item
+                    if isinstance(item, tuple):
+                        result = item
+                        continue
+                    n_tokens = max(n_tokens, item.completion_tokens)
+                    yield item
+            finally:
+                cancel.set()  # a consumer that went away stops the generation
+                await asyncio.shield(fut)
+                self._cancel.pop(request.request_id, None)
+            prompt_tokens, n_out, reason = result
+            yield GenerationChunk(
+                completion_tokens=n_out, prompt_tokens=prompt_tokens, finished=True, finish_reason=reason
+            )
+
+    async def abort(self, request_id: str) -> None:
+        """Stops a running request at its next token."""
+        ev = self._cancel.get(request_id)
+        if ev:
+            ev.set()
+
+    async def check_health(self) -> None:
+        """Raises :class:`EngineDeadError` if the model is not loaded or marked dead."""
+        if self._dead or self.model is None:
+            raise EngineDeadError(self._dead or "model not loaded")

@@ -1,0 +1,122 @@
+"""The project's error hierarchy and its one mapping to HTTP.
+
+Every failure a client can cause or see is a :class:`ServeAppError` subclass
+with an HTTP status, an error ``type`` and an optional ``param`` naming the
+request field at fault. Errors cross ``DeploymentHandle`` calls as
+:class:`ErrorInfo` values (never as raised exceptions), and
+:func:`to_http` turns either into the one JSON error shape of every route::
+
+    {"error": {"type": "...", "message": "...", "param": "..." | null}}
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from typing import Any
+
+
+class ServeAppError(Exception):
+    """Base class. ``status`` is the HTTP status code, ``type`` the error kind."""
+
+    status: int = 500
+    type: str = "internal_error"
+
+    def __init__(self, message: str, *, param: str | None = None, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.headers = dict(headers or {})
+
+    def info(self) -> "ErrorInfo":
+        """This error as a picklable value for crossing deployment handles."""
+        return ErrorInfo(
+            status=self.status, type=self.type, message=self.message, param=self.param, headers=self.headers
+        )
+
+
+class InvalidRequestError(ServeAppError):
+    """400: malformed request (missing field, wrong type, out-of-range option)."""
+
+    status, type = 400, "invalid_request_error"
+
+
+class AuthenticationError(ServeAppError):
+    """401: an API key is configured and the request's key is missing or wrong."""
+
+    status, type = 401, "authentication_error"
+
+
+class ForbiddenSourceError(ServeAppError):
+    """403: a clip source outside the allowed roots, or a forbidden network address."""
+
+    status, type = 403, "forbidden_source"
+
+
+class NotFoundError(ServeAppError):
+    """404: unknown route or a file under an allowed root that does not exist."""
+
+    status, type = 404, "not_found"
+
+
+class PayloadTooLargeError(ServeAppError):
+    """413: upload bytes, clip duration or frame dimensions over a configured limit."""
+
+    status, type = 413, "payload_too_large"
+
+
+class UnsupportedMediaError(ServeAppError):
+    """415: not a video container/codec this server can decode (or wrong content type)."""
+
+    status, type = 415, "unsupported_media_type"
+
+
+class UnprocessableClipError(ServeAppError):
+    """422: the clip opens but cannot yield a usable sequence of frames."""
+
+    status, type = 422, "unprocessable_clip"
+
+
+class OverloadedError(ServeAppError):
+    """503: queues are full or a replica is unavailable; carries ``Retry-After``."""
+
+    status, type = 503, "overloaded"
+
+    def __init__(self, message: str, *, retry_after_s: int = 1, param: str | None = None):
+        super().__init__(message, param=param, headers={"Retry-After": str(int(retry_after_s))})
+
+
+class UpstreamTimeoutError(ServeAppError):
+    """504: a source (camera, URL) or a processing stage exceeded its time limit."""
+
+    status, type = 504, "timeout"
+
+
+@dataclasses.dataclass(frozen=True)
+class ErrorInfo:
+    """A client-visible error as a value (crosses ``DeploymentHandle`` calls)."""
+
+    status: int
+    type: str
+    message: str
+    param: str | None = None
+    headers: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def raise_(self) -> None:
+        """Re-raises this value as the matching :class:`ServeAppError`."""
+        err = ServeAppError(self.message, param=self.param, headers=self.headers)
+        err.status, err.type = self.status, self.type
+        raise err
+
+
+def internal_error(request_id: str | None = None) -> ErrorInfo:
+    """A 500 value for a real bug: a request id to find the log line, no stack trace."""
+    rid = request_id or uuid.uuid4().hex
+    return ErrorInfo(500, "internal_error", f"internal error; see server logs for request id {rid}")
+
+
+def to_http(err: ServeAppError | ErrorInfo) -> tuple[int, dict[str, Any], dict[str, str]]:
+    """Maps an error (exception or value) to ``(status, json_body, headers)``."""
+    info = err.info() if isinstance(err, ServeAppError) else err
+    body = {"error": {"type": info.type, "message": info.message, "param": info.param}}
+    return info.status, body, dict(info.headers)

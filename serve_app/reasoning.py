@@ -1,0 +1,54 @@
+"""Splitting Cosmos-Reason1 output into reasoning and final answer.
+
+The recipe's system prompt asks for ``<think>\\n…\\n</think>\\n\\n<answer>\\n…\\n</answer>``.
+:func:`split_reasoning` never guesses: when the text does not follow that
+format it says so (``format_followed=False``) and returns the whole text as
+``raw`` only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+_THINK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
+_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+
+
+@dataclasses.dataclass(frozen=True)
+class ReasonedAnswer:
+    """A model output split into its parts.
+
+    Attributes:
+        reasoning: text inside ``<think>…</think>``, stripped; None if absent.
+        answer: text inside ``<answer>…</answer>``, stripped; None if absent.
+        format_followed: True only if both blocks are present and in order.
+        raw: the full generated text.
+    """
+
+    reasoning: str | None
+    answer: str | None
+    format_followed: bool
+    raw: str
+
+    def note(self) -> str | None:
+        """A sentence explaining a format violation, or None when the format was followed."""
+        if self.format_followed:
+            return None
+        missing = [tag for tag, v in (("<think>", self.reasoning), ("<answer>", self.answer)) if v is None]
+        if missing:
+            return f"the model did not follow the <think>/<answer> format (missing {', '.join(missing)}); see raw"
+        return "the model did not follow the <think>/<answer> format (blocks out of order); see raw"
+
+
+def split_reasoning(text: str) -> ReasonedAnswer:
+    """Splits generated text into reasoning and answer (first of each block)."""
+    think = _THINK.search(text)
+    answer = _ANSWER.search(text)
+    ordered = bool(think and answer and think.end() <= answer.start())
+    return ReasonedAnswer(
+        reasoning=think.group(1).strip() if think else None,
+        answer=answer.group(1).strip() if answer else None,
+        format_followed=ordered,
+        raw=text,
+    )

@@ -1,0 +1,114 @@
+"""Shared fixtures: paths to test clips, the tiny checkpoint, and one Ray Serve per session.
+
+Ray Serve on a 2-core machine: one local Ray instance per test session
+(``serve_session``), logical CPUs over-declared so small replica asks fit,
+applications deployed under their own route prefixes, and a clean shutdown.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "tests" / "data"
+CHECKPOINTS = ROOT / "checkpoints"
+TINY_CKPT = CHECKPOINTS / "tiny-qwen2_5_vl"
+
+
+def free_port() -> int:
+    """An unused TCP port on loopback."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    """``tests/data``: the real clips (see tests/data/ATTRIBUTION.md)."""
+    return DATA
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint() -> Path:
+    """The tiny random-weight Qwen2.5-VL checkpoint, built once (git-ignored)."""
+    from serve_app.checkpoint import ensure_checkpoint
+
+    return ensure_checkpoint("tiny-random", TINY_CKPT)
+
+
+def cpu_app_args(**overrides) -> dict:
+    """``args`` for a CPU test application: tiny model, small CPU asks, tests/data allowed."""
+    args = {
+        "model": {
+            "backend": "transformers",
+            "model_id": str(TINY_CKPT),
+            "checkpoint": "tiny-random",
+            "served_model_name": "tiny-random-qwen2_5_vl",
+            "sampling": {"max_tokens": 8},
+            "allow_ignore_eos": True,
+        },
+        "sources": {"allowed_roots": [str(DATA)]},
+        "ingress": {"num_cpus": 0, "max_ongoing_requests": 64},
+        "decoder": {"num_cpus": 0, "num_replicas": 1, "max_ongoing_requests": 2},
+        "model_replica": {"num_cpus": 0, "max_ongoing_requests": 8},
+    }
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(args.get(key), dict):
+            args[key] = {**args[key], **value}
+        else:
+            args[key] = value
+    return args
+
+
+@pytest.fixture(scope="session")
+def serve_session(tiny_checkpoint):
+    """One local Ray + Serve for the whole session; yields the HTTP base URL."""
+    import ray
+    from ray import serve
+
+    port = free_port()
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False)
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+
+
+def deploy(name: str, route_prefix: str, args: dict) -> None:
+    """Deploys one application of the real graph on the session's Serve and waits for it."""
+    from ray import serve
+
+    from serve_app.app import build_app
+
+    serve.run(build_app(args), name=name, route_prefix=route_prefix, blocking=False)
+    _wait_running(name)
+
+
+def _wait_running(name: str, timeout_s: float = 300) -> None:
+    import time
+
+    from ray import serve
+
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        status = serve.status().applications.get(name)
+        if status is not None and status.status == "RUNNING":
+            return
+        if status is not None and status.status == "DEPLOY_FAILED":
+            raise RuntimeError(f"application {name} failed: {status.message}")
+        time.sleep(0.5)
+    raise TimeoutError(f"application {name} not running after {timeout_s} s")
+
+
+@pytest.fixture(scope="session")
+def cpu_app(serve_session) -> str:
+    """The real graph with the tiny CPU model at ``/``; yields its base URL."""
+    deploy("cpu", "/", cpu_app_args())
+    return serve_session

@@ -1,0 +1,88 @@
+"""The typed config, request validation, and the error mapping."""
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from serve_app.api import sampling_options, validate_query
+from serve_app.config import AppConfig, app_config_from_file
+from serve_app.errors import (
+    ErrorInfo,
+    ForbiddenSourceError,
+    InvalidRequestError,
+    NotFoundError,
+    OverloadedError,
+    internal_error,
+    to_http,
+)
+from serve_app.sources import resolve_local_path
+
+pytestmark = pytest.mark.unit
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_config_rejects_unknown_keys():
+    with pytest.raises(ValidationError, match="extra"):
+        AppConfig.model_validate({"model": {"modle_id": "x"}})
+
+
+def test_every_config_file_maps_onto_the_config_model():
+    files = sorted((ROOT / "configs").glob("*.yaml"))
+    assert files
+    for f in files:
+        app_config_from_file(f)
+
+
+def test_recipe_sampling_defaults_and_overrides():
+    cfg = AppConfig()
+    q = validate_query({"question": "q"}, cfg)
+    s = sampling_options(q, cfg)
+    assert (s.temperature, s.top_p, s.repetition_penalty, s.max_tokens) == (0.6, 0.95, 1.05, 4096)
+    q = validate_query({"question": "q", "temperature": "0", "max_tokens": "7"}, cfg)
+    s = sampling_options(q, cfg)
+    assert (s.temperature, s.max_tokens) == (0.0, 7)
+
+
+@pytest.mark.parametrize(
+    "fields,param",
+    [
+        ({}, "question"),
+        ({"question": "q", "fps": "0"}, "fps"),
+        ({"question": "q", "fps": "abc"}, "fps"),
+        ({"question": "q", "max_frames": "1000000"}, "max_frames"),
+        ({"question": "q", "max_tokens": "999999"}, "max_tokens"),
+        ({"question": "q", "start_s": "5", "end_s": "4"}, "end_s"),
+        ({"question": "q", "ignore_eos": "true"}, "ignore_eos"),
+        ({"question": "q", "colour": "red"}, "colour"),
+    ],
+)
+def test_bad_fields_are_400_naming_the_field(fields, param):
+    with pytest.raises(InvalidRequestError) as e:
+        validate_query(fields, AppConfig())
+    assert e.value.param == param and e.value.status == 400
+
+
+def test_error_shape_and_retry_after():
+    status, body, headers = to_http(OverloadedError("busy", retry_after_s=2))
+    assert status == 503 and headers == {"Retry-After": "2"}
+    assert body == {"error": {"type": "overloaded", "message": "busy", "param": None}}
+    info = internal_error("rid-1")
+    assert to_http(info)[0] == 500 and "rid-1" in info.message and "Traceback" not in info.message
+    assert isinstance(InvalidRequestError("x").info(), ErrorInfo)
+
+
+def test_local_paths_stay_inside_allowed_roots(tmp_path):
+    root = tmp_path / "clips"
+    root.mkdir()
+    (root / "a.mp4").write_bytes(b"x")
+    (tmp_path / "secret.mp4").write_bytes(b"x")
+    (root / "link.mp4").symlink_to(tmp_path / "secret.mp4")
+    assert resolve_local_path("a.mp4", [str(root)], 10) == (root / "a.mp4").resolve()
+    for bad in ["../secret.mp4", str(tmp_path / "secret.mp4"), "link.mp4", "/etc/passwd"]:
+        with pytest.raises(ForbiddenSourceError):
+            resolve_local_path(bad, [str(root)], 10)
+    with pytest.raises(NotFoundError):
+        resolve_local_path("missing.mp4", [str(root)], 10)
+    with pytest.raises(ForbiddenSourceError, match="disabled"):
+        resolve_local_path("a.mp4", [], 10)
