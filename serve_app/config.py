@@ -74,6 +74,9 @@ class LimitsConfig(_Model):
     max_question_chars: int = Field(8000, gt=0, description="Longest accepted question, in characters.")
     max_tokens: int = Field(8192, gt=0, description="Largest `max_tokens` a request may ask for.")
     request_timeout_s: float = Field(600.0, gt=0, description="Total time a request may take, in seconds.")
+    retry_after_s: int = Field(
+        1, ge=0, description="Retry-After (seconds) sent with 503 when queues are full or a replica is replaced."
+    )
 
 
 class SourcesConfig(_Model):
@@ -179,6 +182,12 @@ class AppConfig(_Model):
     decode: DecodeConfig = Field(default_factory=DecodeConfig, description="Decoding and sampling.")
     limits: LimitsConfig = Field(default_factory=LimitsConfig, description="Request limits.")
     sources: SourcesConfig = Field(default_factory=SourcesConfig, description="Allowed clip sources.")
+    api_key_env: str | None = Field(
+        "COSMOS_SERVE_API_KEY",
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="Environment variable (in the ingress replica) holding the API key; unset/empty: no auth. "
+        "Every route but /healthz then needs 'Authorization: Bearer <key>'.",
+    )
     ingress: DeploymentOptions = Field(
         default_factory=lambda: DeploymentOptions(num_cpus=0.1, max_ongoing_requests=256),
         description="HTTP ingress deployment options.",
@@ -187,12 +196,13 @@ class AppConfig(_Model):
         default_factory=lambda: DeploymentOptions(
             num_cpus=1.0,
             max_ongoing_requests=2,
+            max_queued_requests=64,
             autoscaling_config={"min_replicas": 1, "max_replicas": 4, "target_ongoing_requests": 1},
         ),
         description="Video decode deployment options (CPU; autoscaled).",
     )
     model_replica: DeploymentOptions = Field(
-        default_factory=lambda: DeploymentOptions(num_cpus=1.0, max_ongoing_requests=64),
+        default_factory=lambda: DeploymentOptions(num_cpus=1.0, max_ongoing_requests=64, max_queued_requests=128),
         description="Model deployment options (one GPU per replica in the GPU configs).",
     )
 

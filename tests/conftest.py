@@ -8,6 +8,7 @@ applications deployed under their own route prefixes, and a clean shutdown.
 from __future__ import annotations
 
 import os
+import secrets
 import socket
 from pathlib import Path
 
@@ -17,6 +18,11 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
 CHECKPOINTS = ROOT / "checkpoints"
 TINY_CKPT = CHECKPOINTS / "tiny-qwen2_5_vl"
+#: Environment variable holding the session's test API key (set before Ray starts, so replicas
+#: inherit it); apps deployed with ``api_key_env: TEST_API_KEY_ENV`` require it.
+TEST_API_KEY_ENV = "COSMOS_SERVE_TEST_API_KEY"
+#: Environment variable holding the session's Prometheus metrics port (Ray's metrics agent).
+METRICS_PORT_ENV = "COSMOS_SERVE_TEST_METRICS_PORT"
 
 
 def free_port() -> int:
@@ -72,7 +78,9 @@ def serve_session(tiny_checkpoint):
 
     port = free_port()
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-    ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False)
+    os.environ.setdefault(TEST_API_KEY_ENV, secrets.token_urlsafe(24))
+    metrics_port = int(os.environ.setdefault(METRICS_PORT_ENV, str(free_port())))
+    ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False, _metrics_export_port=metrics_port)
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     try:
         yield f"http://127.0.0.1:{port}"
@@ -112,3 +120,9 @@ def cpu_app(serve_session) -> str:
     """The real graph with the tiny CPU model at ``/``; yields its base URL."""
     deploy("cpu", "/", cpu_app_args())
     return serve_session
+
+
+@pytest.fixture(scope="session")
+def metrics_url(serve_session) -> str:
+    """The session's Prometheus endpoint (Ray's metrics agent on this node)."""
+    return f"http://127.0.0.1:{os.environ[METRICS_PORT_ENV]}/metrics"

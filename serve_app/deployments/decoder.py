@@ -17,6 +17,7 @@ from ray import serve
 from serve_app.config import AppConfig
 from serve_app.decoder import DecodedClip, SampleRequest, decode_clip
 from serve_app.errors import ErrorInfo, ServeAppError, internal_error
+from serve_app.metrics import DecoderMetrics
 from serve_app.sources import ClipSource, resolve_local_path
 
 logger = logging.getLogger("ray.serve")
@@ -34,6 +35,7 @@ class VideoDecoder:
         self.config = AppConfig.model_validate(config)
         workers = max(1, self.config.decoder.max_ongoing_requests)
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="decode")
+        self.metrics = DecoderMetrics()
 
     def _decode(self, source: ClipSource, request: SampleRequest) -> DecodedClip:
         cfg = self.config
@@ -46,10 +48,14 @@ class VideoDecoder:
         """Decodes one clip; returns the clip, or the client-visible error as a value."""
         loop = asyncio.get_running_loop()
         try:
-            return await loop.run_in_executor(self._pool, self._decode, source, request)
+            clip = await loop.run_in_executor(self._pool, self._decode, source, request)
         except ServeAppError as e:
             logger.info("request %s: clip %s rejected: %s %s", request_id, source.name, e.status, e.message)
+            self.metrics.error(e.type)
             return e.info()
         except Exception:
             logger.exception("request %s: decoder bug on %s", request_id, source.name)
+            self.metrics.error("internal_error")
             return internal_error(request_id)
+        self.metrics.clip(clip.decode_ms, clip.num_frames)
+        return clip

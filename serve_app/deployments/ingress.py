@@ -2,11 +2,20 @@
 
 Routes:
   * ``POST /v1/video/query``: a clip and a question in, the answer out (JSON,
-    or server-sent events with ``stream: true``).
-  * ``GET /healthz``: liveness of the ingress.
+    or server-sent events with ``stream: true``), with timings and timestamps.
+  * ``POST /v1/chat/completions``: the OpenAI-compatible route (see
+    :mod:`serve_app.openai_api`): ``chat.completion`` or ``chat.completion.chunk``
+    events ending with ``data: [DONE]``.
+  * ``GET /v1/models``: the served model, OpenAI's shape.
+  * ``GET /healthz``: liveness of the ingress (never needs the API key).
 
 Every error leaves as ``{"error": {"type", "message", "param"}}`` with its
 status and Ray Serve's ``X-Request-Id`` header; a 500 carries only the request id.
+Back-pressure: the decoder and model deployments have bounded queues
+(``max_queued_requests``); their ``BackPressureError`` — and a replica that is
+unavailable or died under a request — become the project's 503 with
+``Retry-After``. A client that disconnects cancels its request down to the
+engine (the model deployment aborts the generation).
 """
 
 from __future__ import annotations
@@ -18,27 +27,49 @@ import time
 from collections.abc import AsyncIterator
 
 from ray import serve
+from ray.exceptions import RayActorError, RayTaskError
 from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError
 from ray.serve.handle import DeploymentHandle
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from serve_app.api import new_request_id, parse_query, query_response, sample_request, sampling_options
+from serve_app import openai_api
+from serve_app.api import (
+    FORM_OVERHEAD_BYTES,
+    QueryRequest,
+    new_request_id,
+    parse_query,
+    query_response,
+    sample_request,
+    sampling_options,
+)
+from serve_app.auth import ApiKey, ApiKeyMiddleware
 from serve_app.config import AppConfig
 from serve_app.errors import (
+    AuthenticationError,
     ErrorInfo,
+    InvalidRequestError,
     NotFoundError,
     OverloadedError,
+    PayloadTooLargeError,
     ServeAppError,
     UpstreamTimeoutError,
     internal_error,
     to_http,
 )
+from serve_app.metrics import IngressMetrics
+from serve_app.sources import ClipSource
 
 logger = logging.getLogger("ray.serve")
+
+QUERY_ROUTE = "/v1/video/query"
+CHAT_ROUTE = "/v1/chat/completions"
+MODELS_ROUTE = "/v1/models"
+HEALTH_ROUTE = "/healthz"
 
 
 def error_response(err: ServeAppError | ErrorInfo, request_id: str) -> JSONResponse:
@@ -51,9 +82,90 @@ def error_response(err: ServeAppError | ErrorInfo, request_id: str) -> JSONRespo
     return JSONResponse(body, status_code=status, headers=headers)
 
 
+def client_error(exc: BaseException, request_id: str, retry_after_s: int) -> ServeAppError | ErrorInfo:
+    """The client-visible error for an exception raised while serving a request.
+
+    Serve's back-pressure (``BackPressureError``: a downstream queue is full),
+    an unavailable deployment, and a replica that died under the request
+    (``RayActorError``, e.g. a killed decode replica) are transient: 503 with
+    ``Retry-After: retry_after_s``. Timeouts are 504; anything else is a bug (500).
+    """
+    if isinstance(exc, RayTaskError) and isinstance(exc.cause, Exception):
+        exc = exc.cause
+    if isinstance(exc, ServeAppError):
+        return exc
+    if isinstance(exc, (BackPressureError, DeploymentUnavailableError)):
+        return OverloadedError(
+            f"server busy: {'queue full' if isinstance(exc, BackPressureError) else 'deployment unavailable'}; "
+            f"retry after {retry_after_s} s",
+            retry_after_s=retry_after_s,
+        )
+    if isinstance(exc, RayActorError):
+        logger.warning("request %s: a replica died under it: %s", request_id, type(exc).__name__)
+        return OverloadedError(
+            f"a replica serving this request failed and is being replaced; retry after {retry_after_s} s",
+            retry_after_s=retry_after_s,
+        )
+    if isinstance(exc, TimeoutError):
+        return UpstreamTimeoutError("request exceeded the server's request timeout")
+    logger.error("request %s failed", request_id, exc_info=exc)
+    return internal_error(request_id)
+
+
 def _sse(obj) -> bytes:
     data = obj if isinstance(obj, str) else json.dumps(obj)
     return f"data: {data}\n\n".encode()
+
+
+async def _read_body(request: Request, max_bytes: int) -> bytes:
+    """The request body, refused past ``max_bytes`` (declared or actual) with 413."""
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > max_bytes:
+        raise PayloadTooLargeError(f"request body is {int(declared)} bytes; the limit is {max_bytes} bytes")
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > max_bytes:
+            raise PayloadTooLargeError(f"request body exceeds the limit of {max_bytes} bytes")
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+class _Pipeline:
+    """One request's run through decoder and model: first chunk, then the rest under a deadline."""
+
+    def __init__(self, first: dict, gen, deadline: float):
+        self.first = first
+        self.gen = gen
+        self.deadline = deadline
+
+    async def chunks(self) -> AsyncIterator[dict]:
+        """The model's chunks after the first; raises TimeoutError past the deadline."""
+        while True:
+            try:
+                async with asyncio.timeout_at(self.deadline):
+                    chunk = await self.gen.__anext__()
+            except StopAsyncIteration:
+                return
+            yield chunk
+
+    async def collect(self) -> tuple[str, dict]:
+        """The whole answer text and the ``done`` chunk; an error chunk is raised."""
+        parts: list[str] = []
+        async for chunk in self.chunks():
+            kind = chunk["type"]
+            if kind == "delta":
+                parts.append(chunk["text"])
+            elif kind == "error":
+                chunk["error"].raise_()
+            elif kind == "done":
+                return "".join(parts), chunk
+        raise RuntimeError("model stream ended without a done chunk")
+
+    def cancel(self) -> None:
+        """Cancels the model call (and through it, the engine's generation)."""
+        self.gen.cancel()
 
 
 @serve.deployment(name="Ingress")
@@ -71,6 +183,12 @@ class Ingress:
         self.config = AppConfig.model_validate(config)
         self.decoder = decoder
         self.model = model
+        self.api_key = ApiKey.from_env(self.config.api_key_env)
+        self.metrics = IngressMetrics()
+        self.started = int(time.time())
+        logger.info(
+            "ingress ready: API key %s", f"required (${self.config.api_key_env})" if self.api_key.enabled else "off"
+        )
 
     def __serve_build_asgi_app__(self) -> Starlette:
         async def http_error(request: Request, exc: HTTPException) -> Response:
@@ -80,58 +198,113 @@ class Ingress:
             info = ErrorInfo(exc.status_code, "invalid_request_error", str(exc.detail))
             return error_response(info, rid)
 
+        async def reject(scope, receive, send, err: AuthenticationError) -> None:
+            headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+            rid = headers.get("x-request-id") or new_request_id()
+            self.metrics.requests.inc(tags={"route": "auth", "status": str(err.status)})
+            self.metrics.error("auth", err.type)
+            logger.info("request %s: %s %s rejected: %s", rid, scope.get("method"), scope.get("path"), err.message)
+            response = error_response(err, rid)
+            response.headers["WWW-Authenticate"] = "Bearer"
+            await response(scope, receive, send)
+
         return Starlette(
             routes=[
-                Route("/v1/video/query", self.video_query, methods=["POST"]),
-                Route("/healthz", self.healthz, methods=["GET"]),
+                Route(QUERY_ROUTE, self.video_query, methods=["POST"]),
+                Route(CHAT_ROUTE, self.chat_completions, methods=["POST"]),
+                Route(MODELS_ROUTE, self.models, methods=["GET"]),
+                Route(HEALTH_ROUTE, self.healthz, methods=["GET"]),
+            ],
+            middleware=[
+                Middleware(ApiKeyMiddleware, api_key=self.api_key, exempt_paths={HEALTH_ROUTE}, reject=reject)
             ],
             exception_handlers={HTTPException: http_error},
         )
+
+    # --- simple routes ----------------------------------------------------------------------------
 
     async def healthz(self, request: Request) -> Response:
         """Liveness: 200 while the ingress replica runs."""
         return JSONResponse({"status": "ok"})
 
-    async def video_query(self, request: Request) -> Response:
-        """``POST /v1/video/query`` (see :mod:`serve_app.api` for the fields)."""
+    async def models(self, request: Request) -> Response:
+        """``GET /v1/models``: the served model (OpenAI's list shape)."""
+        return JSONResponse(openai_api.models_list(self.config.model.name, self.started))
+
+    # --- the pipeline -----------------------------------------------------------------------------
+
+    async def _start(self, rid: str, source: ClipSource, q: QueryRequest, t0: float) -> _Pipeline:
+        """Sends the clip to the decoder and the result on to the model; waits for the first chunk.
+
+        Raises:
+            ServeAppError: the decoder or model rejected the request (its error chunk).
+            BackPressureError, DeploymentUnavailableError, RayActorError, TimeoutError: see :func:`client_error`.
+        """
+        cfg = self.config
+        deadline = asyncio.get_running_loop().time() + cfg.limits.request_timeout_s - (time.perf_counter() - t0)
+        decoded = self.decoder.decode.remote(source, sample_request(q, cfg), rid)
+        gen = self.model.options(stream=True).generate.remote(rid, decoded, q.question, sampling_options(q, cfg))
+        try:
+            async with asyncio.timeout_at(deadline):
+                first = await gen.__anext__()
+        except BaseException:
+            gen.cancel()
+            raise
+        if first["type"] == "error":
+            first["error"].raise_()
+        return _Pipeline(first, gen, deadline)
+
+    def _finished(
+        self, route: str, rid: str, camera: str | None, t0: float, status: int, err: ServeAppError | ErrorInfo | None
+    ) -> None:
+        ms = (time.perf_counter() - t0) * 1000
+        err_type = None
+        if err is not None:
+            err_type = err.info().type if isinstance(err, ServeAppError) else err.type
+        self.metrics.finished(route, status, ms, err_type)
+        logger.info(
+            "request %s camera=%s %s -> %d%s in %.0f ms",
+            rid, camera or "-", route, status, f" ({err_type})" if err_type else "", ms,
+        )
+
+    async def _serve(self, request: Request, route: str, handler) -> Response:
+        """Runs a pipeline route: metrics, access log, and one error mapping for every failure."""
         rid = request.headers.get("x-request-id") or new_request_id()
         t0 = time.perf_counter()
-        gen = None
+        ctx: dict = {"camera": request.headers.get("x-camera-id")}
+        self.metrics.started()
         try:
-            q, source = await parse_query(request, self.config)
-            decoded = self.decoder.decode.remote(source, sample_request(q, self.config), rid)
-            gen = self.model.options(stream=True).generate.remote(
-                rid, decoded, q.question, sampling_options(q, self.config)
-            )
-            async with asyncio.timeout(self.config.limits.request_timeout_s):
-                first = await gen.__anext__()
-            if first["type"] == "error":
-                return error_response(first["error"], rid)
-            if q.stream:
-                stream, gen = self._stream(rid, t0, first, gen), None
-                return StreamingResponse(stream, media_type="text/event-stream")
-            async with asyncio.timeout(self.config.limits.request_timeout_s):
-                body = await self._collect(rid, t0, first, gen)
-            gen = None
-            if isinstance(body, ErrorInfo):
-                return error_response(body, rid)
-            return JSONResponse(body)
-        except ServeAppError as e:
-            return error_response(e, rid)
-        except (BackPressureError, DeploymentUnavailableError) as e:
-            return error_response(OverloadedError(f"server busy ({type(e).__name__}); retry shortly"), rid)
-        except TimeoutError:
-            return error_response(
-                UpstreamTimeoutError(f"request exceeded {self.config.limits.request_timeout_s:.0f} s"), rid
-            )
-        except Exception:
-            logger.exception("request %s failed", rid)
-            return error_response(internal_error(rid), rid)
-        finally:
-            if gen is not None:
-                gen.cancel()
+            response = await handler(request, rid, t0, ctx)
+            self._finished(route, rid, ctx["camera"], t0, response.status_code, None)
+            return response
+        except asyncio.CancelledError:  # the client went away; finally-blocks cancel the work
+            self._finished(route, rid, ctx["camera"], t0, 499, None)
+            raise
+        except Exception as e:  # noqa: BLE001 - mapped to the one error shape
+            err = client_error(e, rid, self.config.limits.retry_after_s)
+            status, _, _ = to_http(err)
+            self._finished(route, rid, ctx["camera"], t0, status, err)
+            return error_response(err, rid)
 
-    def _finish(self, rid: str, t0: float, first: dict, text: str, done: dict) -> dict:
+    # --- POST /v1/video/query ---------------------------------------------------------------------
+
+    async def video_query(self, request: Request) -> Response:
+        """``POST /v1/video/query`` (see :mod:`serve_app.api` for the fields)."""
+        return await self._serve(request, QUERY_ROUTE, self._video_query)
+
+    async def _video_query(self, request: Request, rid: str, t0: float, ctx: dict) -> Response:
+        q, source = await parse_query(request, self.config)
+        ctx["camera"] = q.camera_id or ctx["camera"]
+        run = await self._start(rid, source, q, t0)
+        if q.stream:
+            return StreamingResponse(self._query_stream(rid, t0, run), media_type="text/event-stream")
+        try:
+            text, done = await run.collect()
+        finally:
+            run.cancel()  # no-op when finished; cancels on error or client disconnect
+        return JSONResponse(self._query_body(rid, t0, run.first, text, done))
+
+    def _query_body(self, rid: str, t0: float, first: dict, text: str, done: dict) -> dict:
         return query_response(
             request_id=rid,
             model=first["model"],
@@ -152,38 +325,99 @@ class Ingress:
             },
         )
 
-    async def _collect(self, rid: str, t0: float, first: dict, gen) -> dict | ErrorInfo:
+    async def _query_stream(self, rid: str, t0: float, run: _Pipeline) -> AsyncIterator[bytes]:
+        first = run.first
         parts: list[str] = []
-        async for chunk in gen:
-            kind = chunk["type"]
-            if kind == "delta":
-                parts.append(chunk["text"])
-            elif kind == "error":
-                return chunk["error"]
-            elif kind == "done":
-                return self._finish(rid, t0, first, "".join(parts), chunk)
-        return internal_error(rid)
-
-    async def _stream(self, rid: str, t0: float, first: dict, gen) -> AsyncIterator[bytes]:
-        parts: list[str] = []
-        finished = False
         try:
             yield _sse({"type": "clip", "id": rid, "video": first["video"], "warnings": first["warnings"]})
-            async for chunk in gen:
+            async for chunk in run.chunks():
                 kind = chunk["type"]
                 if kind == "delta":
                     parts.append(chunk["text"])
                     yield _sse({"type": "delta", "text": chunk["text"]})
                 elif kind == "error":
                     _, body, _ = to_http(chunk["error"])
+                    self.metrics.error(QUERY_ROUTE, chunk["error"].type)
                     yield _sse({"type": "error", **body})
-                    finished = True
                     break
                 elif kind == "done":
-                    body = self._finish(rid, t0, first, "".join(parts), chunk)
-                    yield _sse({"type": "done", **body})
-                    finished = True
-            yield _sse("[DONE]")
+                    yield _sse({"type": "done", **self._query_body(rid, t0, first, "".join(parts), chunk)})
+        except Exception as e:  # noqa: BLE001 - the status line is sent: report in the stream
+            err = client_error(e, rid, self.config.limits.retry_after_s)
+            _, body, _ = to_http(err)
+            self.metrics.error(QUERY_ROUTE, body["error"]["type"])
+            yield _sse({"type": "error", **body})
         finally:
-            if not finished:  # client disconnected: cancel down to the engine
-                gen.cancel()
+            run.cancel()  # client disconnected (or done): cancel down to the engine
+        yield _sse("[DONE]")
+
+    # --- POST /v1/chat/completions ----------------------------------------------------------------
+
+    async def chat_completions(self, request: Request) -> Response:
+        """``POST /v1/chat/completions`` (see :mod:`serve_app.openai_api`)."""
+        return await self._serve(request, CHAT_ROUTE, self._chat)
+
+    async def _chat(self, request: Request, rid: str, t0: float, ctx: dict) -> Response:
+        cfg = self.config
+        ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if ctype != "application/json":
+            raise InvalidRequestError(f"content type {ctype or '(none)'!r}: send application/json")
+        # A data: URL carries the clip in base64: 4 bytes per 3.
+        raw = await _read_body(request, cfg.limits.max_upload_bytes * 4 // 3 + FORM_OVERHEAD_BYTES)
+        try:
+            body = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise InvalidRequestError(f"request body is not valid JSON ({e})") from None
+        chat = openai_api.parse_chat_request(body, cfg)
+        ctx["camera"] = chat.query.camera_id or ctx["camera"]
+        source = openai_api.clip_source(chat.video_url, cfg)
+        del raw, body
+        run = await self._start(rid, source, chat.query, t0)
+        cid, created = f"chatcmpl-{rid}", int(time.time())
+        if chat.query.stream:
+            stream = self._chat_stream(rid, cid, created, run, chat.include_usage)
+            return StreamingResponse(stream, media_type="text/event-stream")
+        try:
+            text, done = await run.collect()
+        finally:
+            run.cancel()
+        return JSONResponse(
+            openai_api.chat_completion(
+                completion_id=cid,
+                created=created,
+                model=run.first["model"],
+                text=text,
+                reason=done.get("finish_reason"),
+                prompt_tokens=done.get("prompt_tokens"),
+                completion_tokens=done.get("completion_tokens", 0),
+            )
+        )
+
+    async def _chat_stream(
+        self, rid: str, cid: str, created: int, run: _Pipeline, include_usage: bool
+    ) -> AsyncIterator[bytes]:
+        ids = {"completion_id": cid, "created": created, "model": run.first["model"]}
+        try:
+            yield _sse(openai_api.chat_chunk(**ids, delta={"role": "assistant", "content": ""}))
+            async for chunk in run.chunks():
+                kind = chunk["type"]
+                if kind == "delta":
+                    yield _sse(openai_api.chat_chunk(**ids, delta={"content": chunk["text"]}))
+                elif kind == "error":
+                    _, body, _ = to_http(chunk["error"])
+                    self.metrics.error(CHAT_ROUTE, chunk["error"].type)
+                    yield _sse(body)
+                    break
+                elif kind == "done":
+                    yield _sse(openai_api.chat_chunk(**ids, delta={}, reason=chunk.get("finish_reason") or "stop"))
+                    if include_usage:
+                        u = openai_api.usage(chunk.get("prompt_tokens"), chunk.get("completion_tokens", 0))
+                        yield _sse(openai_api.chat_chunk(**ids, usage_obj=u))
+        except Exception as e:  # noqa: BLE001 - the status line is sent: report in the stream
+            err = client_error(e, rid, self.config.limits.retry_after_s)
+            _, body, _ = to_http(err)
+            self.metrics.error(CHAT_ROUTE, body["error"]["type"])
+            yield _sse(body)
+        finally:
+            run.cancel()  # client disconnected (or done): cancel down to the engine
+        yield _sse("[DONE]")

@@ -22,6 +22,7 @@ from serve_app.config import AppConfig
 from serve_app.decoder import DecodedClip, describe
 from serve_app.engines.base import EngineDeadError, GenerationRequest, SamplingOptions, create_engine
 from serve_app.errors import ErrorInfo, OverloadedError, internal_error
+from serve_app.metrics import ModelMetrics
 from serve_app.prompt import render_prompt
 from serve_app.sampling import video_tokens
 
@@ -38,6 +39,7 @@ class VideoModel:
 
     async def __init__(self, config: dict):
         self.config = AppConfig.model_validate(config)
+        self.metrics = ModelMetrics()
         t0 = time.perf_counter()
         self.engine = create_engine(self.config.model)
         await self.engine.start()
@@ -94,17 +96,33 @@ class VideoModel:
         queue_ms = None
         ttft_ms = None
         finished = False
+        outcome = "abort"  # unless the stream finishes or fails: the consumer went away
+        n_tokens = 0
+        queued = True
+        self.metrics.enqueued()
         try:
             async for chunk in self.engine.generate(req):
                 if chunk.queue_ms is not None:
                     queue_ms = chunk.queue_ms
+                    if queued:
+                        queued = False
+                        self.metrics.dequeued(queue_ms)
                 if chunk.text:
                     if ttft_ms is None:
                         ttft_ms = (time.perf_counter() - t0) * 1000
+                    n_tokens = chunk.completion_tokens
                     yield {"type": "delta", "text": chunk.text, "completion_tokens": chunk.completion_tokens}
                 if chunk.finished:
                     finished = True
                     total_ms = (time.perf_counter() - t0) * 1000
+                    outcome = chunk.finish_reason or "stop"
+                    self.metrics.done(
+                        outcome,
+                        model_ms=total_ms - (queue_ms or 0.0),
+                        ttft_ms=ttft_ms,
+                        prompt_tokens=chunk.prompt_tokens,
+                        completion_tokens=chunk.completion_tokens,
+                    )
                     yield {
                         "type": "done",
                         "finish_reason": chunk.finish_reason,
@@ -115,13 +133,20 @@ class VideoModel:
                         "ttft_ms": ttft_ms,
                     }
         except EngineDeadError as e:
+            outcome = "error"
             logger.error("request %s: engine dead: %s", request_id, e)
             yield {"type": "error", "error": OverloadedError("the model replica is restarting; retry").info()}
         except Exception:
+            outcome = "error"
             logger.exception("request %s: engine failure", request_id)
             yield {"type": "error", "error": internal_error(request_id)}
         finally:
+            if queued:
+                self.metrics.dequeued(None)
             if not finished:  # cancelled (client went away) or failed: free the engine slot
+                self.metrics.done(outcome, completion_tokens=n_tokens)
+                if outcome == "abort":
+                    logger.info("request %s: cancelled after %d tokens; aborting it in the engine", request_id, n_tokens)
                 await self.engine.abort(request_id)
 
     async def check_health(self) -> None:

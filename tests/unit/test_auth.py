@@ -1,0 +1,50 @@
+"""The optional API key (pure)."""
+
+import pytest
+
+from serve_app.auth import ApiKey, presented_key
+from serve_app.errors import AuthenticationError
+
+pytestmark = pytest.mark.unit
+
+
+def test_key_comes_from_the_named_environment_variable():
+    assert ApiKey.from_env("MY_KEY", {"MY_KEY": " s3cret "}).enabled
+    assert not ApiKey.from_env("MY_KEY", {}).enabled
+    assert not ApiKey.from_env("MY_KEY", {"MY_KEY": ""}).enabled
+    assert not ApiKey.from_env(None, {"MY_KEY": "x"}).enabled
+
+
+@pytest.mark.parametrize(
+    ("headers", "ok"),
+    [
+        ({"authorization": "Bearer s3cret"}, True),
+        ({"authorization": "bearer s3cret"}, True),
+        ({"x-api-key": "s3cret"}, True),
+        ({"authorization": "Bearer s3cre"}, False),
+        ({"authorization": "Bearer s3cretX"}, False),
+        ({"authorization": "Basic s3cret"}, False),
+        ({"authorization": "Bearer "}, False),
+        ({}, False),
+    ],
+)
+def test_check(headers, ok):
+    key = ApiKey("s3cret")
+    if ok:
+        key.check(headers)
+    else:
+        with pytest.raises(AuthenticationError) as e:
+            key.check(headers)
+        assert e.value.status == 401
+
+
+def test_disabled_key_lets_everything_through():
+    ApiKey(None).check({})
+
+
+def test_missing_and_wrong_keys_say_which():
+    with pytest.raises(AuthenticationError, match="missing API key"):
+        ApiKey("k").check({})
+    with pytest.raises(AuthenticationError, match="invalid API key"):
+        ApiKey("k").check({"x-api-key": "j"})
+    assert presented_key({"authorization": "Bearer a", "x-api-key": "b"}) == "a"

@@ -1,0 +1,121 @@
+"""The OpenAI-compatible request parsing and response shapes (pure)."""
+
+import base64
+
+import pytest
+
+from serve_app import openai_api
+from serve_app.config import AppConfig
+from serve_app.errors import InvalidRequestError, NotFoundError, PayloadTooLargeError
+
+pytestmark = pytest.mark.unit
+
+CFG = AppConfig.model_validate({"model": {"served_model_name": "cosmos", "allow_ignore_eos": True}})
+
+
+def body(url="clip.mp4", text="What happens?", **extra):
+    return {
+        "model": "cosmos",
+        "messages": [{"role": "user", "content": [{"type": "text", "text": text}, {"type": "video_url", "video_url": {"url": url}}]}],
+        **extra,
+    }
+
+
+def test_request_maps_onto_the_clip_query():
+    q = openai_api.parse_chat_request(
+        body(max_completion_tokens=7, temperature=0.2, top_p=0.5, seed=3, fps=2, end_s=5, camera_id="cam-1",
+             stream=True, stream_options={"include_usage": True}),
+        CFG,
+    )
+    assert q.video_url == "clip.mp4" and q.include_usage
+    qq = q.query
+    assert (qq.question, qq.max_tokens, qq.temperature, qq.top_p, qq.seed) == ("What happens?", 7, 0.2, 0.5, 3)
+    assert (qq.fps, qq.end_s, qq.camera_id, qq.stream) == (2, 5, "cam-1", True)
+
+
+def test_text_parts_join_into_the_question():
+    q = openai_api.parse_chat_request(
+        {"model": "cosmos", "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "First."}, {"type": "video_url", "video_url": {"url": "a.mp4"}}, {"type": "text", "text": "Second?"}]}]},
+        CFG,
+    )
+    assert q.query.question == "First.\nSecond?"
+
+
+@pytest.mark.parametrize(
+    ("patch", "param"),
+    [
+        ({"model": "other"}, "model"),
+        ({"n": 2}, "n"),
+        ({"stop": ["\n"]}, "stop"),
+        ({"logit_bias": {}}, "logit_bias"),
+        ({"max_tokens": 10**6}, "max_tokens"),
+        ({"max_tokens": 5, "max_completion_tokens": 6}, "max_completion_tokens"),
+        ({"end_s": 1, "start_s": 2}, "end_s"),
+        ({"messages": [{"role": "system", "content": "be terse"}, {"role": "user", "content": "hi"}]}, "messages.0.role"),
+        ({"messages": [{"role": "user", "content": "just text"}]}, "messages.0.content"),
+        ({"messages": [{"role": "user", "content": [{"type": "text", "text": "q"}]}]}, "messages.0.content"),
+        ({"messages": [{"role": "user", "content": [{"type": "video_url", "video_url": {"url": "a"}}]}]}, "messages.0.content"),
+        ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "a"}}]}]}, "messages.0.content.0.type"),
+        ({"ignore_eos": True, "model": "cosmos"}, None),
+    ],
+)
+def test_bad_fields_name_the_field(patch, param):
+    b = {**body(), **patch}
+    if param is None:  # allowed here (allow_ignore_eos), refused by a default config
+        openai_api.parse_chat_request(b, CFG)
+        with pytest.raises(InvalidRequestError) as e:
+            openai_api.parse_chat_request({**b, "model": "nvidia/Cosmos-Reason1-7B"}, AppConfig())
+        assert e.value.param == "ignore_eos"
+        return
+    with pytest.raises((InvalidRequestError, NotFoundError)) as e:
+        openai_api.parse_chat_request(b, CFG)
+    assert e.value.param == param, e.value.message
+    assert e.value.message
+
+
+def test_not_an_object_is_400():
+    with pytest.raises(InvalidRequestError):
+        openai_api.parse_chat_request([1, 2], CFG)
+
+
+def test_data_url_is_decoded_and_size_checked():
+    raw = b"\x00\x00\x00\x18ftypmp42" * 10
+    src = openai_api.clip_source("data:video/mp4;base64," + base64.b64encode(raw).decode(), CFG)
+    assert src.data == raw
+    small = AppConfig.model_validate({"limits": {"max_upload_bytes": 50}})
+    with pytest.raises(PayloadTooLargeError) as e:
+        openai_api.clip_source("data:video/mp4;base64," + base64.b64encode(raw).decode(), small)
+    assert "limit is 50 bytes" in e.value.message
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["data:video/mp4,notbase64", "data:image/png;base64,AAAA", "data:video/mp4;base64,@@@@", "data:;base64,", "data:abc",
+     "ftp://example.com/a.mp4", "javascript:alert(1)"],
+)
+def test_bad_video_urls_are_400(url):
+    with pytest.raises(InvalidRequestError):
+        openai_api.clip_source(url, CFG)
+
+
+def test_paths_and_file_urls_become_path_sources():
+    assert openai_api.clip_source("sub/clip.mp4", CFG).path == "sub/clip.mp4"
+    assert openai_api.clip_source("file:///data/my%20clip.mp4", CFG).path == "/data/my clip.mp4"
+    with pytest.raises(InvalidRequestError):
+        openai_api.clip_source("file://remote-host/clip.mp4", CFG)
+
+
+def test_response_shapes():
+    c = openai_api.chat_completion(
+        completion_id="chatcmpl-x", created=1, model="m", text="hi", reason="length", prompt_tokens=10, completion_tokens=2
+    )
+    assert c["object"] == "chat.completion" and c["choices"][0]["message"] == {"role": "assistant", "content": "hi"}
+    assert c["choices"][0]["finish_reason"] == "length"
+    assert c["usage"] == {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12}
+    ids = {"completion_id": "chatcmpl-x", "created": 1, "model": "m"}
+    end = openai_api.chat_chunk(**ids, delta={}, reason="abort")
+    assert end["object"] == "chat.completion.chunk" and end["choices"][0]["finish_reason"] == "stop"
+    u = openai_api.chat_chunk(**ids, usage_obj=openai_api.usage(None, 3))
+    assert u["choices"] == [] and u["usage"]["total_tokens"] == 3
+    assert openai_api.models_list("m", 5)["data"] == [{"id": "m", "object": "model", "created": 5, "owned_by": "cosmos-serve"}]
