@@ -118,6 +118,17 @@ class ModelConfig(_Model):
     engine_args: dict[str, Any] = Field(
         default_factory=dict, description="vLLM engine arguments, passed to AsyncEngineArgs unchanged."
     )
+    processor_kwargs: dict[str, Any] = Field(
+        default_factory=dict,
+        description="vllm backend: extra HF processor kwargs for every request, e.g. {device: cuda} to "
+        "normalize/patchify on the GPU (the true fps always goes with each request as video metadata).",
+    )
+    preprocess_threads: int = Field(
+        0,
+        ge=0,
+        description="vllm backend: threads running vLLM's input processing (HF processor) off the replica's "
+        "event loop, several clips at once. 0: inline in the event loop, as plain vLLM does.",
+    )
     device: str = Field("cpu", description="torch device of the transformers backend.")
     max_concurrent_requests: int = Field(
         1, ge=1, description="transformers backend: requests generated at once (a lock; CPU generate is serial)."

@@ -149,6 +149,10 @@ class VideoModel:
                     logger.info("request %s: cancelled after %d tokens; aborting it in the engine", request_id, n_tokens)
                 await self.engine.abort(request_id)
 
+    def num_unfinished(self) -> int:
+        """Requests the engine still holds (0 once every client is served or gone)."""
+        return self.engine.num_unfinished()
+
     async def check_health(self) -> None:
         """Serve's health check: raises when the engine is dead, so the replica is replaced."""
         await self.engine.check_health()

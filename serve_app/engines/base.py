@@ -108,6 +108,10 @@ class Engine(abc.ABC):
         """Stops a running request and frees its resources (no-op if unknown)."""
 
     @abc.abstractmethod
+    def num_unfinished(self) -> int:
+        """Requests the engine holds right now (running or queued inside it)."""
+
+    @abc.abstractmethod
     async def check_health(self) -> None:
         """Raises :class:`EngineDeadError` if the engine cannot serve."""
 

@@ -135,47 +135,54 @@ class TransformersEngine(Engine):
         def emit(item) -> None:
             loop.call_soon_threadsafe(queue.put_nowait, item)
 
-        async with self._lock:
-            queue_ms = (time.perf_counter() - t_arrive) * 1000
-            yield GenerationChunk(queue_ms=queue_ms)
+        try:
+            async with self._lock:
+                queue_ms = (time.perf_counter() - t_arrive) * 1000
+                yield GenerationChunk(queue_ms=queue_ms)
+                if cancel.is_set():
+                    yield GenerationChunk(finished=True, finish_reason="abort")
+                    return
 
-            def work():
+                def work():
+                    try:
+                        emit(self._run(request, emit, cancel))
+                    except BaseException as e:  # noqa: BLE001 - forwarded to the async side
+                        emit(e)
+                    finally:
+                        emit(_DONE)
+
+                fut = loop.run_in_executor(None, work)
+                result = None
                 try:
-                    emit(self._run(request, emit, cancel))
-                except BaseException as e:  # noqa: BLE001 - forwarded to the async side
-                    emit(e)
+                    while True:
+                        item = await queue.get()
+                        if item is _DONE:
+                            break
+                        if isinstance(item, BaseException):
+                            raise item
+                        if isinstance(item, tuple):
+                            result = item
+                            continue
+                        yield item
                 finally:
-                    emit(_DONE)
-
-            fut = loop.run_in_executor(None, work)
-            result = None
-            n_tokens = 0
-            try:
-                while True:
-                    item = await queue.get()
-                    if item is _DONE:
-                        break
-                    if isinstance(item, BaseException):
-                        raise item
-                    if isinstance(item, tuple):
-                        result = item
-                        continue
-                    n_tokens = max(n_tokens, item.completion_tokens)
-                    yield item
-            finally:
-                cancel.set()  # a consumer that went away stops the generation
-                await asyncio.shield(fut)
-                self._cancel.pop(request.request_id, None)
-            prompt_tokens, n_out, reason = result
-            yield GenerationChunk(
-                completion_tokens=n_out, prompt_tokens=prompt_tokens, finished=True, finish_reason=reason
-            )
+                    cancel.set()  # a consumer that went away stops the generation
+                    await asyncio.shield(fut)
+                prompt_tokens, n_out, reason = result
+                yield GenerationChunk(
+                    completion_tokens=n_out, prompt_tokens=prompt_tokens, finished=True, finish_reason=reason
+                )
+        finally:
+            self._cancel.pop(request.request_id, None)
 
     async def abort(self, request_id: str) -> None:
         """Stops a running request at its next token."""
         ev = self._cancel.get(request_id)
         if ev:
             ev.set()
+
+    def num_unfinished(self) -> int:
+        """Requests holding or waiting for the generation lock."""
+        return len(self._cancel)
 
     async def check_health(self) -> None:
         """Raises :class:`EngineDeadError` if the model is not loaded or marked dead."""

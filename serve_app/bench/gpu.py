@@ -1,0 +1,404 @@
+"""GPU benchmark: plain vLLM vs the project's Serve graph on the reference workload.
+
+One command measures, on the same GPU and the same clip windows
+(:mod:`serve_app.bench.workload`):
+
+1. ``plain_default``: plain vLLM (``AsyncLLM``, the engine of vLLM's offline
+   ``LLM`` class as well) with default engine settings, fed the decoded frames
+   in ``multi_modal_data`` with ``mm_processor_kwargs={"fps": 4}``;
+2. ``plain_gpu_processor``: the same engine with
+   ``mm_processor_kwargs={"fps": 4, "device": "cuda"}`` (the HF video
+   processor on the GPU) — the best plain-vLLM configuration known;
+3. ``serve`` (and named variants): the project's whole Serve graph, clips
+   uploaded over HTTP (the 30-s file, multipart, with the window's
+   ``start_s``/``end_s``), decoded by the
+   decode tier, answered by a GPU replica, streamed (SSE) so TTFT is seen by
+   the client.
+
+Each side runs in its own process (the GPU is freed between sides). For each:
+clips/s and output tokens/s with ``--inflight`` clips submitted at once,
+TTFT and end-to-end p50/p95, single-clip TTFT (≈ preprocessing + prefill),
+GPU memory, engine/replica start time, engine arguments. Usage (GPU machine)::
+
+    python -m serve_app.bench.gpu --out results/gpu_bench.json \\
+        --checkpoint checkpoints/cosmos-reason1-7b-dummy --clip tests/data/intel_car-detection.mp4
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from serve_app.bench.workload import (
+    OUTPUT_TOKENS,
+    QUESTION,
+    SYSTEM_PROMPT,
+    Window,
+    decode_window,
+    summary,
+    windows,
+)
+
+logger = logging.getLogger(__name__)
+
+#: Engine arguments every side shares: the dummy checkpoint in bf16. Anything
+#: else is vLLM's default on the plain sides and the Serve config's on ours.
+BASE_ENGINE_ARGS = {"load_format": "dummy", "dtype": "bfloat16"}
+
+
+def gpu_memory_used_mib() -> int | None:
+    """GPU memory in use on device 0 (MiB), from nvidia-smi."""
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, timeout=10,
+        )
+        return int(out.stdout.split()[0])
+    except Exception:  # noqa: BLE001 - informational only
+        return None
+
+
+def versions() -> dict[str, str | None]:
+    """Versions of the packages and GPU behind the figures."""
+    import importlib.metadata as md
+
+    out: dict[str, str | None] = {}
+    for pkg in ("vllm", "torch", "transformers", "ray", "av", "numpy"):
+        try:
+            out[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            out[pkg] = None
+    try:
+        name = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=10).stdout.strip()
+    except Exception:  # noqa: BLE001
+        name = None
+    out["gpu"] = name
+    return out
+
+
+def _result(name: str, wall_s: float, n: int, out_tokens: int, ttft: list[float], e2e: list[float]) -> dict:
+    return {
+        "clips": n,
+        "wall_s": round(wall_s, 3),
+        "clips_per_s": round(n / wall_s, 4),
+        "output_tokens_per_s": round(out_tokens / wall_s, 1),
+        "ttft_s": summary(ttft),
+        "e2e_s": summary(e2e),
+    }
+
+
+# --------------------------------------------------------------------- plain vLLM
+async def _plain_run(llm, prompts: list[dict], sampling, tag: str) -> tuple[float, int, list, list]:
+    t0 = time.perf_counter()
+    ttft: list[float] = []
+    e2e: list[float] = []
+    n_tokens = 0
+
+    async def one(i: int, prompt: dict):
+        nonlocal n_tokens
+        first = None
+        async for out in llm.generate(prompt, sampling, f"{tag}-{i}"):
+            if first is None and out.outputs and out.outputs[0].token_ids:
+                first = time.perf_counter() - t0
+            n_tokens += len(out.outputs[0].token_ids)
+        ttft.append(first if first is not None else float("nan"))
+        e2e.append(time.perf_counter() - t0)
+
+    await asyncio.gather(*(one(i, p) for i, p in enumerate(prompts)))
+    return time.perf_counter() - t0, n_tokens, ttft, e2e
+
+
+async def _plain_side(args, wins: list[Window]) -> dict:
+    from vllm import SamplingParams
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.sampling_params import RequestOutputKind
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    from serve_app.prompt import render_prompt
+
+    engine_args = {**BASE_ENGINE_ARGS, **json.loads(args.plain_engine_args or "{}")}
+    t0 = time.perf_counter()
+    llm = AsyncLLM.from_engine_args(AsyncEngineArgs(model=args.checkpoint, **engine_args))
+    start_s = time.perf_counter() - t0
+    mem = gpu_memory_used_mib()
+    sampling = SamplingParams(max_tokens=OUTPUT_TOKENS, ignore_eos=True, temperature=0.6, top_p=0.95,
+                              repetition_penalty=1.05, output_kind=RequestOutputKind.DELTA)
+    text = render_prompt(QUESTION, SYSTEM_PROMPT)
+    clips = [decode_window(w) for w in wins]
+    frames = [c.frames for c in clips]
+    assert all(f.shape == (40, 420, 756, 3) for f in frames), [f.shape for f in frames]
+    sides: dict[str, Any] = {}
+    variants = {
+        "plain_default": {"fps": 4},
+        "plain_gpu_processor": {"fps": 4, "device": "cuda"},
+    }
+    offset = 0
+    for name, mmk in variants.items():
+        if args.only and name not in args.only:
+            continue
+        def prompts(fr):  # noqa: E306 - small closure
+            return [{"prompt": text, "multi_modal_data": {"video": f}, "mm_processor_kwargs": mmk} for f in fr]
+        single = frames[offset : offset + args.single]
+        offset += args.single
+        batch = frames[offset : offset + args.inflight]
+        offset += args.inflight
+        # warm-up (not timed): one clip through the processor path of this variant
+        await _plain_run(llm, prompts(frames[-1:]), sampling, f"{name}-warm")
+        single_ttft, single_e2e = [], []
+        for i, p in enumerate(prompts(single)):
+            _, _, tt, ee = await _plain_run(llm, [p], sampling, f"{name}-single{i}")
+            single_ttft += tt
+            single_e2e += ee
+        wall, ntok, ttft, e2e = await _plain_run(llm, prompts(batch), sampling, name)
+        sides[name] = {
+            "engine": "vLLM AsyncLLM (plain, no project code)",
+            "engine_args": engine_args,
+            "mm_processor_kwargs": mmk,
+            "engine_start_s": round(start_s, 2),
+            "gpu_memory_used_mib": mem,
+            "single": {"ttft_s": summary(single_ttft), "e2e_s": summary(single_e2e)},
+            f"inflight_{len(batch)}": _result(name, wall, len(batch), ntok, ttft, e2e),
+        }
+    llm.shutdown()
+    return sides
+
+
+# --------------------------------------------------------------------- Serve graph
+def _serve_args(args, overrides: dict) -> dict:
+    from serve_app.config import app_config_from_file
+
+    cfg = app_config_from_file(args.serve_config).model_dump(mode="json")
+    model = cfg["model"]
+    model.update(
+        model_id=args.checkpoint,
+        checkpoint=None,
+        served_model_name="cosmos-reason1-7b-dummy",
+        system_prompt=SYSTEM_PROMPT,
+        allow_ignore_eos=True,
+    )
+    model["engine_args"] = {**model["engine_args"], **BASE_ENGINE_ARGS, **overrides.get("engine_args", {})}
+    model["processor_kwargs"] = {**model.get("processor_kwargs", {}), **overrides.get("processor_kwargs", {})}
+    cfg["sources"]["allowed_roots"] = [str(Path(args.clip).resolve().parent)]
+    return cfg
+
+
+async def _http_run(url: str, wins: list[Window]) -> tuple[float, int, list, list, list]:
+    import httpx
+
+    t0 = time.perf_counter()
+    ttft, e2e, server = [], [], []
+    n_tokens = 0
+    limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)
+    data = {w.clip: w.clip.read_bytes() for w in wins}
+    async with httpx.AsyncClient(timeout=600, limits=limits) as client:
+
+        async def one(w: Window):
+            nonlocal n_tokens
+            first = None
+            fields = {"question": QUESTION, "start_s": str(w.start_s), "end_s": str(w.end_s),
+                      "max_tokens": str(OUTPUT_TOKENS), "ignore_eos": "true", "stream": "true"}
+            files = {"video": (w.clip.name, data[w.clip], "video/mp4")}
+            async with client.stream("POST", f"{url}/v1/video/query", data=fields, files=files) as r:
+                if r.status_code != 200:
+                    raise RuntimeError(f"HTTP {r.status_code}: {(await r.aread())[:300]!r}")
+                async for line in r.aiter_lines():
+                    if not line.startswith("data: ") or line == "data: [DONE]":
+                        continue
+                    ev = json.loads(line[6:])
+                    if ev["type"] == "delta" and first is None:
+                        first = time.perf_counter() - t0
+                    elif ev["type"] == "done":
+                        n_tokens += ev["usage"]["completion_tokens"]
+                        server.append({**ev["timings"], "prompt_tokens": ev["usage"]["prompt_tokens"]})
+                    elif ev["type"] == "error":
+                        raise RuntimeError(str(ev))
+            ttft.append(first if first is not None else float("nan"))
+            e2e.append(time.perf_counter() - t0)
+
+        await asyncio.gather(*(one(w) for w in wins))
+    return time.perf_counter() - t0, n_tokens, ttft, e2e, server
+
+
+def _server_breakdown(server: list[dict]) -> dict:
+    keys = ("decode_ms", "queue_ms", "model_ms", "ttft_ms", "total_ms")
+    out = {k[:-3] + "_s": summary([s[k] / 1000 for s in server if s.get(k) is not None]) for k in keys}
+    out["prompt_tokens"] = sorted({s["prompt_tokens"] for s in server})
+    return out
+
+
+async def _serve_side(args, wins: list[Window], name: str, overrides: dict) -> dict:
+    import ray
+    from ray import serve
+
+    from serve_app.app import build_app
+
+    port = args.port
+    cfg = _serve_args(args, overrides)
+    ray.init(include_dashboard=False, log_to_driver=bool(args.verbose))
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    t0 = time.perf_counter()
+    serve.run(build_app(cfg), name="bench", route_prefix="/")
+    ready_s = time.perf_counter() - t0
+    model = serve.get_deployment_handle("VideoModel", app_name="bench")
+    replica_start_s = await model.replica_start_s.remote()
+    mem = gpu_memory_used_mib()
+    url = f"http://127.0.0.1:{port}"
+    await _http_run(url, wins[-1:])  # warm-up (not timed)
+    single = wins[: args.single]
+    batch = wins[args.single : args.single + args.inflight]
+    s_ttft, s_e2e, s_server = [], [], []
+    for w in single:
+        _, _, tt, ee, sv = await _http_run(url, [w])
+        s_ttft += tt
+        s_e2e += ee
+        s_server += sv
+    wall, ntok, ttft, e2e, server = await _http_run(url, batch)
+    serve.shutdown()
+    ray.shutdown()
+    return {
+        name: {
+            "engine": "project Serve graph (HTTP → decode tier → VideoModel/vLLM AsyncLLM)",
+            "engine_args": cfg["model"]["engine_args"],
+            "processor_kwargs": cfg["model"]["processor_kwargs"],
+            "deployments": {k: cfg[k] for k in ("ingress", "decoder", "model_replica")},
+            "app_ready_s": round(ready_s, 2),
+            "replica_start_s": round(replica_start_s, 2),
+            "gpu_memory_used_mib": mem,
+            "single": {"ttft_s": summary(s_ttft), "e2e_s": summary(s_e2e), "server": _server_breakdown(s_server)},
+            f"inflight_{len(batch)}": {
+                **_result(name, wall, len(batch), ntok, ttft, e2e),
+                "server": _server_breakdown(server),
+            },
+        }
+    }
+
+
+# --------------------------------------------------------------------- driver
+def _side_main(args) -> None:
+    from serve_app.bench.workload import decode_window as _dw  # noqa: F401 - import check
+
+    import av
+
+    with av.open(args.clip) as c:
+        duration = c.duration / 1e6
+    n = 1 + 2 * (args.single + args.inflight)
+    wins = windows(Path(args.clip).resolve(), n, duration)
+    if args.side == "plain":
+        result = asyncio.run(_plain_side(args, wins))
+    else:
+        overrides = json.loads(args.overrides or "{}")
+        result = asyncio.run(_serve_side(args, wins, args.side, overrides))
+    Path(args.part).write_text(json.dumps(result, indent=2))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry point (see the module docstring)."""
+    p = argparse.ArgumentParser(description="plain vLLM vs the Serve graph on the reference workload")
+    p.add_argument("--checkpoint", default="checkpoints/cosmos-reason1-7b-dummy")
+    p.add_argument("--clip", default="tests/data/intel_car-detection.mp4")
+    p.add_argument("--serve-config", default="configs/h200.yaml")
+    p.add_argument("--out", default="results/gpu_bench.json")
+    p.add_argument("--inflight", type=int, default=64)
+    p.add_argument("--single", type=int, default=3)
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--plain-engine-args", default="{}", help="JSON overrides for the plain sides")
+    p.add_argument("--variant", action="append", default=[],
+                   help='Serve variant NAME=JSON, JSON = {"engine_args": {...}, "processor_kwargs": {...}}; '
+                        'default: one side named "serve" with the config as is')
+    p.add_argument("--no-plain", action="store_true", help="skip the plain vLLM sides")
+    p.add_argument("--only", nargs="*", help="plain variants to run (default: both)")
+    p.add_argument("--verbose", action="store_true")
+    # internal: one side per process
+    p.add_argument("--side", help=argparse.SUPPRESS)
+    p.add_argument("--part", help=argparse.SUPPRESS)
+    p.add_argument("--overrides", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    args.checkpoint = str(Path(args.checkpoint).resolve())
+    if args.side:
+        _side_main(args)
+        return 0
+
+    from serve_app.checkpoint import ensure_checkpoint
+
+    ensure_checkpoint("full-dummy", args.checkpoint)
+    out_path = Path(args.out)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    report: dict[str, Any] = {
+        "command": " ".join(["python -m serve_app.bench.gpu", *(argv if argv is not None else sys.argv[1:])]),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "versions": versions(),
+        "workload": {
+            "clip": Path(args.clip).name,
+            "window_s": 10, "fps": 4, "frames": 40, "frame_size": [420, 756], "video_tokens": 8100,
+            "system_prompt": SYSTEM_PROMPT, "question": QUESTION, "output_tokens": OUTPUT_TOKENS,
+            "ignore_eos": True, "dtype": "bfloat16", "weights": "vLLM dummy (random), full Cosmos-Reason1-7B architecture",
+            "caches": "every request uses a distinct 10-s window (start offsets spread over the clip), so neither "
+                      "the multimodal processor cache nor the prefix cache can reuse another request's clip; only "
+                      "the ~14-token system prompt prefix is shared",
+            "inflight": args.inflight, "single_clip_runs": args.single,
+        },
+        "sides": {},
+    }
+    sides: list[tuple[str, str | None]] = []
+    if not args.no_plain:
+        sides.append(("plain", None))
+    variants = args.variant or ["serve={}"]
+    for v in variants:
+        name, _, js = v.partition("=")
+        sides.append((name, js or "{}"))
+    for side, overrides in sides:
+        part = out_path.with_suffix(f".{side}.part.json")
+        cmd = [sys.executable, "-m", "serve_app.bench.gpu", "--side", side, "--part", str(part),
+               "--checkpoint", args.checkpoint, "--clip", args.clip, "--serve-config", args.serve_config,
+               "--inflight", str(args.inflight), "--single", str(args.single), "--port", str(args.port),
+               "--plain-engine-args", args.plain_engine_args]
+        if overrides:
+            cmd += ["--overrides", overrides]
+        if args.only:
+            cmd += ["--only", *args.only]
+        t0 = time.perf_counter()
+        logger.info("side %s: %s", side, " ".join(cmd))
+        rc = subprocess.run(cmd).returncode
+        if rc != 0 or not part.exists():
+            report["sides"][side] = {"error": f"side process exited with {rc}"}
+        else:
+            report["sides"].update(json.loads(part.read_text()))
+            part.unlink()
+        report.setdefault("side_wall_s", {})[side] = round(time.perf_counter() - t0, 1)
+        out_path.write_text(json.dumps(report, indent=2))  # keep partial results
+    report["table"] = table(report)
+    out_path.write_text(json.dumps(report, indent=2))
+    print("\n".join(report["table"]))
+    return 0
+
+
+def table(report: dict) -> list[str]:
+    """A Markdown table of the headline figures (for the README)."""
+    rows = ["| side | clips/s | output tok/s | TTFT p50 / p95 (s) | e2e p50 / p95 (s) | single-clip TTFT p50 (s) |",
+            "|---|---|---|---|---|---|"]
+    for name, side in report["sides"].items():
+        if "error" in side:
+            rows.append(f"| {name} | error: {side['error']} | | | | |")
+            continue
+        key = next(k for k in side if k.startswith("inflight_"))
+        r = side[key]
+        rows.append(
+            f"| {name} | {r['clips_per_s']:.2f} | {r['output_tokens_per_s']:.0f} | "
+            f"{r['ttft_s']['p50']:.2f} / {r['ttft_s']['p95']:.2f} | {r['e2e_s']['p50']:.2f} / {r['e2e_s']['p95']:.2f} | "
+            f"{side['single']['ttft_s']['p50']:.2f} |"
+        )
+    return rows
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

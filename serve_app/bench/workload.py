@@ -1,0 +1,70 @@
+"""The reference GPU workload shared by every GPU figure of the project.
+
+A 10-s window of a real clip, sampled at 4 fps to 40 frames of 420×756
+(8,100 video tokens), the plain system prompt "You are a helpful assistant."
+and the question below: 8,133 prompt tokens; 256 output tokens with
+``ignore_eos``. Every request uses a different window (start offsets
+``k · step_s``), so no multimodal or prefix cache can serve one request from
+another's work.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from pathlib import Path
+
+import numpy as np
+
+from serve_app.config import DEFAULT_SYSTEM_PROMPT, DecodeConfig, LimitsConfig
+from serve_app.decoder import DecodedClip, SampleRequest, decode_clip
+
+QUESTION = "Is anyone in this scene in danger? Answer with reasoning."
+SYSTEM_PROMPT = DEFAULT_SYSTEM_PROMPT
+WINDOW_S = 10.0
+OUTPUT_TOKENS = 256
+
+
+@dataclasses.dataclass(frozen=True)
+class Window:
+    """One request's clip window: ``[start_s, start_s + WINDOW_S)`` of ``clip``."""
+
+    clip: Path
+    start_s: float
+
+    @property
+    def end_s(self) -> float:
+        """Window end in clip seconds."""
+        return self.start_s + WINDOW_S
+
+
+def windows(clip: Path, n: int, clip_duration_s: float) -> list[Window]:
+    """``n`` distinct 10-s windows spread evenly over a clip of ``clip_duration_s`` seconds.
+
+    Raises:
+        ValueError: the clip is shorter than one window.
+    """
+    span = clip_duration_s - WINDOW_S - 0.2
+    if span < 0:
+        raise ValueError(f"clip lasts {clip_duration_s:.1f} s; a window needs {WINDOW_S:.0f} s")
+    step = span / max(n - 1, 1)
+    return [Window(clip, round(k * step, 3)) for k in range(n)]
+
+
+def decode_window(w: Window) -> DecodedClip:
+    """Decodes one window with the project's decoder (4 fps, Cosmos pixel budget)."""
+    return decode_clip(w.clip, SampleRequest(fps=4.0, max_frames=128, start_s=w.start_s, end_s=w.end_s),
+                       DecodeConfig(), LimitsConfig())
+
+
+def percentiles(values: list[float], qs=(50, 95)) -> dict[str, float | None]:
+    """``{"p50": …, "p95": …}`` of ``values`` (linear interpolation), None when empty."""
+    if not values:
+        return {f"p{q}": None for q in qs}
+    arr = np.asarray(values, dtype=float)
+    return {f"p{q}": round(float(np.percentile(arr, q)), 4) for q in qs}
+
+
+def summary(latencies_s: list[float]) -> dict:
+    """Mean and percentiles of a list of seconds."""
+    return {"mean": round(statistics.fmean(latencies_s), 4) if latencies_s else None, **percentiles(latencies_s)}

@@ -1,0 +1,187 @@
+"""The GPU engine: vLLM ``AsyncLLM`` (continuous batching) behind the engine interface.
+
+Engine arguments come from ``model.engine_args`` and reach
+``AsyncEngineArgs`` unchanged (checked offline against vLLM 0.24.0's names,
+see :func:`unknown_engine_args`). Each request carries its clip as one
+``(T, H, W, 3) uint8`` array already at the processor's exact size, plus the
+true sampling fps as video metadata, so Qwen2.5-VL's temporal positions are
+right (0.5 s per frame pair at 4 fps).
+
+Why metadata and not ``mm_processor_kwargs={"fps": 4}``: with transformers
+5.x the Qwen2.5-VL processor derives ``second_per_grid_ts`` from
+``video_metadata.sampled_fps`` and falls back to 24 fps when no metadata is
+given; a bare ``fps`` kwarg only drives frame *sampling*, which is off here
+(``do_sample_frames=False``). vLLM 0.24's Qwen2-VL data parser drops
+per-item metadata, so it is passed as a processor kwarg instead (vLLM
+forwards processor kwargs to the HF processor call).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from serve_app.checkpoint import ensure_checkpoint, has_random_weights
+from serve_app.config import ModelConfig
+from serve_app.engines.base import Engine, EngineDeadError, GenerationChunk, GenerationRequest, SamplingOptions
+
+logger = logging.getLogger(__name__)
+
+_FINISH = {"stop": "stop", "length": "length", "abort": "abort"}
+
+
+def processor_kwargs(n_frames: int, fps: float, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Per-request HF processor kwargs for a clip of ``n_frames`` sampled at ``fps`` (frames/s).
+
+    ``extra`` (e.g. ``{"device": "cuda"}`` to run the processor on the GPU) is merged in.
+    """
+    kwargs: dict[str, Any] = {
+        "video_metadata": [{"total_num_frames": int(n_frames), "fps": float(fps)}],
+        "do_sample_frames": False,  # frames are already sampled by timestamp in the decode tier
+        "cap_pixels_per_frame": False,  # and already sized to the Cosmos pixel budget
+    }
+    kwargs.update(extra or {})
+    return kwargs
+
+
+def sampling_params(s: SamplingOptions):
+    """vLLM ``SamplingParams`` (delta outputs) for the project's sampling options."""
+    from vllm import SamplingParams
+    from vllm.sampling_params import RequestOutputKind
+
+    return SamplingParams(
+        max_tokens=s.max_tokens,
+        temperature=s.temperature,
+        top_p=s.top_p,
+        repetition_penalty=s.repetition_penalty,
+        seed=s.seed,
+        ignore_eos=s.ignore_eos,
+        skip_special_tokens=True,
+        output_kind=RequestOutputKind.DELTA,
+    )
+
+
+def engine_prompt(request: GenerationRequest, extra_processor_kwargs: dict[str, Any] | None = None) -> dict:
+    """The vLLM prompt dict of one request: text, the clip, and processor kwargs.
+
+    The clip gets the request id as its multimodal UUID: every request is a new
+    clip, so vLLM hashes the short id instead of 38 MB of pixels (the hash
+    keys the multimodal caches, which can never hit across requests here).
+    """
+    return {
+        "prompt": request.prompt,
+        "multi_modal_data": {"video": request.frames},
+        "multi_modal_uuids": {"video": [f"clip-{request.request_id}"]},
+        "mm_processor_kwargs": processor_kwargs(request.frames.shape[0], request.fps, extra_processor_kwargs),
+    }
+
+
+def unknown_engine_args(engine_args: dict[str, Any], known: set[str]) -> list[str]:
+    """Names in ``engine_args`` that are not vLLM engine arguments (sorted)."""
+    return sorted(set(engine_args) - known)
+
+
+class VLLMEngine(Engine):
+    """vLLM ``AsyncLLM`` on one replica's GPU(s).
+
+    Args:
+        config: model settings; ``engine_args`` pass to ``AsyncEngineArgs``
+            unchanged; ``processor_kwargs`` are added to every request's
+            processor kwargs (e.g. ``{"device": "cuda"}``).
+    """
+
+    def __init__(self, config: ModelConfig):
+        self.config = config
+        self.llm = None
+        self._pool = None
+        self._tasks = None
+
+    async def start(self) -> None:
+        """Builds ``AsyncLLM`` (model load, profiling, CUDA graphs)."""
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        model = self.config.model_id
+        if self.config.checkpoint:
+            model = str(ensure_checkpoint(self.config.checkpoint, model))
+        args = dict(self.config.engine_args)
+        self.random_weights = args.get("load_format") == "dummy" or (
+            Path(model).is_dir() and has_random_weights(model)
+        )
+        t0 = time.perf_counter()
+        engine_args = AsyncEngineArgs(model=model, served_model_name=self.config.name, **args)
+        self.llm = AsyncLLM.from_engine_args(engine_args)
+        if self.config.preprocess_threads > 0:
+            self._pool = ThreadPoolExecutor(self.config.preprocess_threads, thread_name_prefix="mm-preprocess")
+            self._tasks = await self.llm.get_supported_tasks()
+        logger.info("vLLM AsyncLLM ready in %.1f s (%s, random weights %s)", time.perf_counter() - t0, model, self.random_weights)
+
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
+        """Streams one request's output (see :class:`Engine`)."""
+        from vllm.v1.engine.exceptions import EngineDeadError as VLLMDead
+
+        if self.llm is None or self.llm.errored:
+            raise EngineDeadError("vLLM engine is not running")
+        prompt = engine_prompt(request, self.config.processor_kwargs)
+        params = sampling_params(request.sampling)
+        engine_input: Any = prompt
+        if self._pool is not None:
+            # The HF processor (normalize + patchify) off the event loop, several clips at once.
+            engine_input = await asyncio.get_running_loop().run_in_executor(
+                self._pool, self._process, request.request_id, prompt, params
+            )
+        n_out = 0
+        prompt_tokens = None
+        try:
+            async for out in self.llm.generate(engine_input, params, request.request_id, prompt_text=request.prompt):
+                if prompt_tokens is None and out.prompt_token_ids is not None:
+                    prompt_tokens = len(out.prompt_token_ids)
+                comp = out.outputs[0]
+                n_out += len(comp.token_ids)
+                chunk = GenerationChunk(text=comp.text, completion_tokens=n_out, prompt_tokens=prompt_tokens)
+                m = out.metrics
+                if m is not None and getattr(m, "scheduled_ts", 0) and getattr(m, "queued_ts", 0):
+                    chunk.queue_ms = max(0.0, (m.scheduled_ts - m.queued_ts) * 1000)
+                if out.finished:
+                    chunk.finished = True
+                    chunk.finish_reason = _FINISH.get(comp.finish_reason or "stop", comp.finish_reason)
+                yield chunk
+        except VLLMDead as e:
+            raise EngineDeadError(str(e)) from e
+
+    def _process(self, request_id: str, prompt: dict, params):
+        """Runs vLLM's input processing (tokenize + HF processor) in a worker thread."""
+        return self.llm.input_processor.process_inputs(
+            request_id, prompt, params, supported_tasks=self._tasks, arrival_time=time.time()
+        )
+
+    async def abort(self, request_id: str) -> None:
+        """Aborts a request in vLLM (frees its KV cache and batch slot)."""
+        if self.llm is not None:
+            await self.llm.abort(request_id)
+
+    def num_unfinished(self) -> int:
+        """Requests vLLM's output processor still tracks (running or waiting)."""
+        return 0 if self.llm is None else self.llm.output_processor.get_num_unfinished_requests()
+
+    async def check_health(self) -> None:
+        """Raises :class:`EngineDeadError` when vLLM's engine core has died."""
+        if self.llm is None:
+            raise EngineDeadError("vLLM engine not started")
+        try:
+            await self.llm.check_health()
+        except Exception as e:  # vLLM raises its EngineDeadError
+            raise EngineDeadError(f"vLLM engine dead: {e}") from e
+
+    async def shutdown(self) -> None:
+        """Shuts the engine core down."""
+        if self.llm is not None:
+            self.llm.shutdown()
+            self.llm = None
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)

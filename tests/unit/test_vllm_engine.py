@@ -1,0 +1,70 @@
+"""The vLLM backend's pure parts, checked on CPU: argument names, prompt, processor kwargs, fps."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from serve_app.config import DEFAULT_SYSTEM_PROMPT, app_config_from_file
+from serve_app.engines.base import GenerationRequest, SamplingOptions
+from serve_app.engines.vllm_engine import engine_prompt, processor_kwargs, unknown_engine_args
+from serve_app.prompt import render_prompt
+
+pytestmark = pytest.mark.unit
+ROOT = Path(__file__).resolve().parents[2]
+NAMES = json.loads((ROOT / "tests/data/vllm/engine_arg_names-0.24.0.json").read_text())["names"]
+
+
+def gpu_configs():
+    return [f for f in sorted((ROOT / "configs").glob("*.yaml")) if app_config_from_file(f).model.backend == "vllm"]
+
+
+def test_there_are_gpu_configs():
+    names = {f.stem for f in gpu_configs()}
+    assert {"a10", "a100", "h100", "h200"} <= names
+
+
+@pytest.mark.parametrize("path", gpu_configs(), ids=lambda p: p.stem)
+def test_config_engine_args_are_vllm_0_24_names(path):
+    cfg = app_config_from_file(path)
+    assert unknown_engine_args(cfg.model.engine_args, set(NAMES)) == []
+    assert cfg.model_replica.num_gpus == 1
+    assert cfg.decoder.autoscaling_config and cfg.decoder.num_cpus > 0
+
+
+def test_a_misspelled_engine_arg_is_caught():
+    assert unknown_engine_args({"max_num_seq": 8, "dtype": "bfloat16"}, set(NAMES)) == ["max_num_seq"]
+
+
+def test_engine_prompt_carries_frames_and_true_fps():
+    frames = np.zeros((40, 420, 756, 3), np.uint8)
+    req = GenerationRequest("r1", frames, 2.5, render_prompt("q", "s"), SamplingOptions(8, 0.6, 0.95, 1.05))
+    p = engine_prompt(req, {"device": "cuda"})
+    assert p["multi_modal_data"]["video"] is frames
+    kw = p["mm_processor_kwargs"]
+    assert kw["video_metadata"] == [{"total_num_frames": 40, "fps": 2.5}]
+    assert kw["do_sample_frames"] is False and kw["device"] == "cuda"
+    assert p["prompt"].count("<|video_pad|>") == 1
+
+
+def test_processor_kwargs_give_the_true_temporal_positions(tiny_checkpoint):
+    """With the HF processor vLLM calls: 0.5 s per frame pair at 4 fps, 8,133 prompt tokens.
+
+    A bare ``fps`` kwarg is ignored for temporal positions (the processor falls
+    back to 24 fps without metadata); the engine passes metadata instead.
+    """
+    from transformers import AutoProcessor
+
+    proc = AutoProcessor.from_pretrained(tiny_checkpoint)
+    frames = np.random.default_rng(0).integers(0, 255, (40, 420, 756, 3), dtype=np.uint8)
+    text = render_prompt("Is anyone in this scene in danger? Answer with reasoning.", DEFAULT_SYSTEM_PROMPT)
+    ours = proc(text=[text], videos=[frames], return_tensors="pt", **processor_kwargs(40, 4.0))
+    assert float(ours["second_per_grid_ts"][0]) == pytest.approx(0.5)
+    assert ours["input_ids"].shape[1] == 8133
+    assert ours["video_grid_thw"].tolist() == [[20, 30, 54]]
+    bare = proc(text=[text], videos=[frames], return_tensors="pt", fps=4)
+    assert float(bare["second_per_grid_ts"][0]) != pytest.approx(0.5)
+    # frames at the processor's exact size pass through unresized
+    no_resize = proc(text=[text], videos=[frames], return_tensors="pt", do_resize=False, **processor_kwargs(40, 4.0))
+    assert np.array_equal(no_resize["pixel_values_videos"].numpy(), ours["pixel_values_videos"].numpy())
