@@ -1,0 +1,96 @@
+"""serveConfigV2 rendered from a Serve config: the render rules, the in-place write, the CLI."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from serve_app import k8s
+
+pytestmark = pytest.mark.unit
+ROOT = Path(__file__).resolve().parents[2]
+A100 = ROOT / "configs" / "a100.yaml"
+MANIFEST = ROOT / "k8s" / "base" / "rayservice.yaml"
+
+
+def a100_doc() -> dict:
+    return yaml.safe_load(A100.read_text())
+
+
+def test_render_keeps_the_application_and_translates_http_options():
+    doc = a100_doc()
+    doc["http_options"] = {"host": "127.0.0.1", "port": 8123, "request_timeout_s": 30}
+    rendered = yaml.safe_load(k8s.render_serve_config(doc))
+    assert rendered["http_options"] == {"host": "0.0.0.0", "port": 8000, "request_timeout_s": 30}
+    assert rendered["applications"] == doc["applications"]  # args pass through unchanged
+    assert rendered["proxy_location"] == doc["proxy_location"]
+
+
+def test_render_starts_with_the_generated_header():
+    text = k8s.render_serve_config(a100_doc(), source="configs/a100.yaml")
+    assert text.splitlines()[0].startswith("# Generated from configs/a100.yaml by `python -m serve_app.k8s render")
+    assert text.endswith("\n")
+
+
+@pytest.mark.parametrize(
+    "path, value, message",
+    [
+        (("model", "checkpoint"), "tiny-random", "builds a test checkpoint"),
+        (("model", "model_id"), "./checkpoints/x", "relative to the local directory"),
+        (("sources", "allowed_roots"), ["./tests/data"], "must be absolute paths"),
+        (("decode", "fsp"), 4, "do not load as AppConfig"),
+    ],
+)
+def test_render_refuses_local_only_or_invalid_args(path, value, message):
+    doc = a100_doc()
+    args = doc["applications"][0]["args"]
+    args.setdefault(path[0], {})[path[1]] = value
+    with pytest.raises(k8s.RenderError, match=message):
+        k8s.render_serve_config(doc)
+
+
+def test_cpu_config_is_refused_with_its_local_checkpoint():
+    with pytest.raises(k8s.RenderError, match="checkpoint"):
+        k8s.render_file(ROOT / "configs" / "cpu.yaml")
+
+
+def test_render_refuses_a_config_without_applications():
+    with pytest.raises(k8s.RenderError, match="no `applications`"):
+        k8s.render_serve_config({"proxy_location": "EveryNode"})
+
+
+def test_replace_block_keeps_the_rest_of_the_manifest():
+    text = "a: 1  # keep\nspec:\n  serveConfigV2: |\n    old: 1\n\n    older: 2\n  rayClusterConfig:\n    x: 1\n"
+    out = k8s.replace_serve_config(text, "# head\nnew: 2\nlist:\n- 1\n")
+    assert out == (
+        "a: 1  # keep\nspec:\n  serveConfigV2: |\n    # head\n    new: 2\n    list:\n    - 1\n  rayClusterConfig:\n    x: 1\n"
+    )
+    assert yaml.safe_load(out)["spec"]["serveConfigV2"] == "# head\nnew: 2\nlist:\n- 1\n"
+    assert k8s.replace_serve_config(out, "# head\nnew: 2\nlist:\n- 1\n") == out  # idempotent
+
+
+def test_replace_block_needs_a_block():
+    with pytest.raises(ValueError, match="serveConfigV2"):
+        k8s.replace_serve_config("spec: {}\n", "x: 1\n")
+
+
+def test_cli_render_prints_what_the_manifest_carries(capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    assert k8s.main(["render", "configs/a100.yaml"]) == 0
+    manifest = yaml.safe_load(MANIFEST.read_text())
+    assert capsys.readouterr().out == manifest["spec"]["serveConfigV2"]
+
+
+def test_cli_render_write_updates_a_stale_manifest(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    stale = MANIFEST.read_text().replace("max_num_seqs: 64", "max_num_seqs: 32", 1)
+    target = tmp_path / "rayservice.yaml"
+    target.write_text(stale)
+    assert k8s.main(["render", "configs/a100.yaml", "--write", str(target)]) == 0
+    assert target.read_text() == MANIFEST.read_text()
+
+
+def test_cli_render_reports_a_refused_config(capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    assert k8s.main(["render", "configs/cpu.yaml"]) == 2
+    assert "checkpoint" in capsys.readouterr().err
