@@ -61,6 +61,11 @@ class DecodeConfig(_Model):
     budget: PixelBudget = Field(default_factory=PixelBudget, description="Frame size limits.")
     threads: int = Field(1, ge=0, description="FFmpeg decoder threads per clip (0 = FFmpeg's automatic choice).")
     timeout_s: float = Field(60.0, gt=0, description="Wall-clock limit for decoding one clip, in seconds.")
+    interpolation: Literal["FAST_BILINEAR", "BILINEAR", "BICUBIC", "AREA", "LANCZOS"] = Field(
+        "BILINEAR",
+        description="libswscale filter that resizes kept frames to the pixel budget (BILINEAR: swscale's "
+        "default; it widens its kernel when downscaling, so it does not alias).",
+    )
 
 
 class LimitsConfig(_Model):
@@ -232,3 +237,56 @@ def app_config_from_file(path: str | Path, app_index: int = 0) -> AppConfig:
     """
     doc = load_serve_config(path)
     return AppConfig.model_validate(doc["applications"][app_index].get("args") or {})
+
+
+def override(doc: dict[str, Any], assignments: list[str], app_index: int = 0) -> dict[str, Any]:
+    """Applies ``dotted.key=value`` assignments to one application's ``args`` (values parsed as YAML).
+
+    Example: ``model.engine_args.load_format=dummy``. The result is validated
+    against :class:`AppConfig`.
+
+    Raises:
+        ValueError: an assignment without ``=``.
+        pydantic.ValidationError: the result is not a valid config.
+    """
+    import copy
+
+    out = copy.deepcopy(doc)
+    args = out["applications"][app_index].setdefault("args", {})
+    for a in assignments:
+        key, sep, raw = a.partition("=")
+        if not sep:
+            raise ValueError(f"expected key=value, got {a!r}")
+        node = args
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = yaml.safe_load(raw)
+    AppConfig.model_validate(args)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI: ``python -m serve_app.config override CONFIG key=value ... [-o OUT]`` writes a derived Serve config."""
+    import argparse
+    import sys
+
+    p = argparse.ArgumentParser(description="derive a Serve config with overridden args (validated)")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    o = sub.add_parser("override", help="apply dotted.key=value overrides to an application's args")
+    o.add_argument("config")
+    o.add_argument("assignments", nargs="*")
+    o.add_argument("-o", "--out", help="output file (default: stdout)")
+    o.add_argument("--app", type=int, default=0, help="application index")
+    args = p.parse_args(argv)
+    doc = override(load_serve_config(args.config), args.assignments, args.app)
+    text = yaml.safe_dump(doc, sort_keys=False)
+    if args.out:
+        Path(args.out).write_text(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
