@@ -13,6 +13,9 @@
 # NVIDIA driver that supports CUDA 13 (R580 or newer).
 ARG RAY_IMAGE=rayproject/ray:2.60.0-py312-gpu
 FROM ${RAY_IMAGE}
+# torch 2.11.0 built with CUDA 13.0, matching the vLLM 0.24.0 wheel (pip prefers
+# 2.11.0+cu130 from this index over a plain 2.11.0).
+ARG TORCH_INDEX=https://download.pytorch.org/whl/cu130
 
 WORKDIR /home/ray/cosmos-serve
 COPY --chown=ray:users pyproject.toml README.md ./
@@ -22,5 +25,5 @@ COPY --chown=ray:users configs ./configs
 
 # A regular (not editable) install: Serve imports serve_app.app:build_app from
 # site-packages on every node, whatever the working directory.
-RUN pip install --no-cache-dir ".[gpu]" \
+RUN pip install --no-cache-dir --extra-index-url "${TORCH_INDEX}" ".[gpu]" \
  && python -c "import serve_app.app, vllm; print('cosmos-serve with vLLM', vllm.__version__)"
