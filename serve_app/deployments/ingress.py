@@ -243,12 +243,23 @@ class Ingress:
         cfg = self.config
         deadline = asyncio.get_running_loop().time() + cfg.limits.request_timeout_s - (time.perf_counter() - t0)
         decoded = self.decoder.decode.remote(source, sample_request(q, cfg), rid)
-        gen = self.model.options(stream=True).generate.remote(rid, decoded, q.question, sampling_options(q, cfg))
+        gen = None
         try:
             async with asyncio.timeout_at(deadline):
+                # Wait only for a decode replica to take the clip (a full decoder queue raises
+                # BackPressureError here), then hand the model the decode's ObjectRef: the model's
+                # router admits or rejects the request now, against its real queue (with a pending
+                # DeploymentResponse argument it would check before the decode and queue without
+                # bound after it), and the frames still go decoder → model without a stop here.
+                decoded_ref = await decoded._to_object_ref()
+                gen = self.model.options(stream=True).generate.remote(
+                    rid, decoded_ref, q.question, sampling_options(q, cfg)
+                )
                 first = await gen.__anext__()
         except BaseException:
-            gen.cancel()
+            decoded.cancel()
+            if gen is not None:
+                gen.cancel()
             raise
         if first["type"] == "error":
             first["error"].raise_()

@@ -1,0 +1,122 @@
+"""Back-pressure and cancellation on real Serve: bounded downstream queues answer a fast 503,
+and a client that goes away frees the engine for the next request.
+
+The engine is the weightless scripted one (``serve_app.testing.engines``: 10 ms per token), so
+a request's length is set exactly by ``max_tokens``; decoding is the real PyAV decoder.
+"""
+
+import asyncio
+
+import httpx
+import pytest
+from conftest import cpu_app_args, deploy
+
+pytestmark = pytest.mark.integration
+
+SCRIPTED = "serve_app.testing.engines:scripted_engine"
+FIELDS = {"question": "What happens?", "end_s": "1"}
+
+
+def scripted_args(decoder: dict, model_replica: dict) -> dict:
+    return cpu_app_args(
+        model={"backend": SCRIPTED, "checkpoint": None, "max_concurrent_requests": 1, "warmup": False},
+        decoder=decoder,
+        model_replica=model_replica,
+    )
+
+
+@pytest.fixture(scope="module")
+def apps(serve_session):
+    """Two small graphs: one whose decoder queue is the bottleneck, one whose model queue is."""
+    from ray import serve
+
+    deploy(
+        "bp-decoder",
+        "/bp-decoder",
+        scripted_args({"max_ongoing_requests": 1, "max_queued_requests": 1}, {"max_ongoing_requests": 1, "max_queued_requests": 1}),
+    )
+    deploy(
+        "bp-model",
+        "/bp-model",
+        scripted_args({"max_ongoing_requests": 8, "max_queued_requests": -1}, {"max_ongoing_requests": 1, "max_queued_requests": 1}),
+    )
+    yield {"decoder": f"{serve_session}/bp-decoder", "model": f"{serve_session}/bp-model"}
+    serve.delete("bp-decoder")
+    serve.delete("bp-model")
+
+
+async def burst(url: str, n: int, max_tokens: int, timeout_s: float = 120) -> list[httpx.Response]:
+    async with httpx.AsyncClient(timeout=timeout_s, limits=httpx.Limits(max_connections=n)) as client:
+        return await asyncio.gather(
+            *(client.post(f"{url}/v1/video/query", json={**FIELDS, "video_path": "intel_car-detection.mp4",
+                                                          "max_tokens": max_tokens}) for _ in range(n))
+        )
+
+
+@pytest.mark.parametrize("bottleneck", ["decoder", "model"])
+def test_full_downstream_queue_is_503_with_retry_after(apps, bottleneck):
+    url = apps[bottleneck]
+    # 16 requests of 2 s each against 1 running + 1 queued: most must be turned away.
+    responses = asyncio.run(burst(url, 16, max_tokens=200))
+    statuses = [r.status_code for r in responses]
+    assert set(statuses) <= {200, 503}, statuses
+    rejected = [r for r in responses if r.status_code == 503]
+    assert len(rejected) >= 8 and statuses.count(200) >= 1, statuses
+    for r in rejected:
+        assert r.headers["retry-after"] == "1"
+        err = r.json()["error"]
+        assert err["type"] == "overloaded" and "queue full" in err["message"]
+    # ... and the service keeps serving.
+    r = httpx.post(f"{url}/v1/video/query", json={**FIELDS, "video_path": "intel_car-detection.mp4", "max_tokens": 3}, timeout=60)
+    assert r.status_code == 200, r.text
+
+
+def long_request_then_short(url: str, abandon) -> httpx.Response:
+    """Starts a 3000-token (30 s) generation, lets ``abandon`` drop it, then asks a short question.
+
+    The engine runs one request at a time: if the abandoned one were still generating, the
+    short request would wait ~30 s for it and hit its 15-s client timeout.
+    """
+    abandon(url)
+    return httpx.post(
+        f"{url}/v1/video/query", json={**FIELDS, "video_path": "intel_car-detection.mp4", "max_tokens": 3}, timeout=15
+    )
+
+
+def drop_stream_after_first_delta(url: str) -> None:
+    body = {**FIELDS, "video_path": "intel_car-detection.mp4", "max_tokens": 3000, "stream": True}
+    with httpx.stream("POST", f"{url}/v1/video/query", json=body, timeout=60) as r:
+        assert r.status_code == 200
+        for line in r.iter_lines():
+            if '"type": "delta"' in line:
+                break  # leaving the block closes the connection mid-generation
+
+
+def drop_openai_stream_after_first_chunk(url: str) -> None:
+    body = {
+        "model": "tiny-random-qwen2_5_vl",
+        "stream": True,
+        "max_tokens": 3000,
+        "end_s": 1,
+        "messages": [{"role": "user", "content": [
+            {"type": "video_url", "video_url": {"url": "intel_car-detection.mp4"}}, {"type": "text", "text": "Go on."}]}],
+    }
+    with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=60) as r:
+        assert r.status_code == 200
+        for line in r.iter_lines():
+            if '"content": "engine-' in line:
+                break
+
+
+def time_out_a_plain_request(url: str) -> None:
+    with pytest.raises(httpx.TimeoutException):
+        httpx.post(
+            f"{url}/v1/video/query", json={**FIELDS, "video_path": "intel_car-detection.mp4", "max_tokens": 3000}, timeout=2
+        )
+
+
+@pytest.mark.parametrize("abandon", [drop_stream_after_first_delta, drop_openai_stream_after_first_chunk, time_out_a_plain_request])
+def test_client_disconnect_cancels_the_generation(apps, abandon):
+    r = long_request_then_short(apps["model"], abandon)
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["completion_tokens"] == 3

@@ -1,0 +1,108 @@
+"""Observability on real Serve: the app's Prometheus metrics (scraped from Ray's metrics agent)
+and log lines carrying the request id and the camera id."""
+
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+pytestmark = pytest.mark.integration
+
+CAMERA = "cam-metrics-7"
+
+
+def scrape(url: str) -> dict[str, list]:
+    """Samples by name: ``{name: [(labels, value), ...]}`` (only the app's ``ray_cosmos_*`` metrics)."""
+    out: dict[str, list] = {}
+    for fam in text_string_to_metric_families(httpx.get(url, timeout=10).text):
+        for s in fam.samples:
+            if s.name.startswith("ray_cosmos_"):
+                out.setdefault(s.name, []).append((s.labels, s.value))
+    return out
+
+
+def total(samples: dict, name: str, app: str = "cpu", **labels) -> float:
+    return sum(
+        v for lab, v in samples.get(name, [])
+        if lab.get("application") == app and all(lab.get(k) == val for k, val in labels.items())
+    )
+
+
+def abandon_long_stream(url: str) -> None:
+    body = {"question": "Go on.", "video_path": "intel_car-detection.mp4", "end_s": 2, "max_tokens": 3000,
+            "ignore_eos": True, "stream": True}
+    with httpx.stream("POST", f"{url}/v1/video/query", json=body, timeout=60) as r:
+        for line in r.iter_lines():
+            if '"type": "delta"' in line:
+                break
+
+
+@pytest.fixture(scope="module")
+def traffic(cpu_app):
+    """One good request (camera id in a header), one bad one, one abandoned mid-generation."""
+    r = httpx.post(
+        f"{cpu_app}/v1/video/query",
+        headers={"X-Camera-Id": CAMERA},
+        json={"question": "What happens?", "video_path": "intel_car-detection.mp4", "end_s": 2, "max_tokens": 5,
+              "ignore_eos": True},
+        timeout=120,
+    )
+    assert r.status_code == 200, r.text
+    bad = httpx.post(f"{cpu_app}/v1/video/query", json={"question": "?", "video_path": "x.mp4", "fps": 99}, timeout=30)
+    assert bad.status_code == 400
+    abandon_long_stream(cpu_app)
+    return r.json()
+
+
+def test_metrics_endpoint_shows_every_stage(traffic, metrics_url):
+    expected = {
+        "ray_cosmos_decode_ms_count", "ray_cosmos_decode_frames_sum", "ray_cosmos_model_queue_depth",
+        "ray_cosmos_model_queue_ms_count", "ray_cosmos_model_ms_count", "ray_cosmos_ttft_ms_count",
+        "ray_cosmos_tokens_total", "ray_cosmos_errors_total", "ray_cosmos_requests_total", "ray_cosmos_request_ms_count",
+        "ray_cosmos_model_requests_total", "ray_cosmos_ingress_in_flight",
+    }
+    deadline = time.monotonic() + 90  # Ray's agent exports every few seconds
+    while True:
+        m = scrape(metrics_url)
+        aborted = total(m, "ray_cosmos_model_requests_total", finish_reason="abort")
+        if expected <= set(m) and aborted >= 1 and total(m, "ray_cosmos_model_queue_depth") == 0:
+            break
+        assert time.monotonic() < deadline, f"missing {expected - set(m)}, aborted={aborted}"
+        time.sleep(2)
+    assert total(m, "ray_cosmos_decode_frames_sum") >= traffic["video"]["num_frames"] == 8
+    assert total(m, "ray_cosmos_decode_ms_count") >= 2
+    assert total(m, "ray_cosmos_tokens_total", kind="completion") >= 5
+    assert total(m, "ray_cosmos_tokens_total", kind="prompt") >= traffic["usage"]["prompt_tokens"]
+    assert total(m, "ray_cosmos_model_requests_total", finish_reason="length") >= 1
+    assert total(m, "ray_cosmos_ttft_ms_count") >= 1 and total(m, "ray_cosmos_model_ms_sum") > 0
+    assert total(m, "ray_cosmos_requests_total", route="/v1/video/query", status="200") >= 2
+    assert total(m, "ray_cosmos_requests_total", route="/v1/video/query", status="400") >= 1
+    assert total(m, "ray_cosmos_errors_total", route="/v1/video/query", type="invalid_request_error") >= 1
+    labels = {k for lab, _ in m["ray_cosmos_model_ms_count"] for k in lab}
+    assert {"deployment", "replica", "application"} <= labels
+
+
+def test_logs_carry_request_id_and_camera_id(traffic):
+    import ray._private.worker as worker
+
+    logs = Path(worker._global_node.get_session_dir_path()) / "logs" / "serve"
+    rid = traffic["id"]
+    deadline = time.monotonic() + 30
+    while True:
+        lines = [
+            line for f in logs.glob("replica_cpu_Ingress_*.log") for line in f.read_text(errors="replace").splitlines()
+            if rid in line
+        ]
+        if any(f"camera={CAMERA}" in line for line in lines):
+            break
+        assert time.monotonic() < deadline, lines
+        time.sleep(1)
+    # Downstream replicas' lines carry the same request id (Serve propagates it through handles).
+    for deployment in ("VideoDecoder", "VideoModel"):
+        lines = [
+            line for f in logs.glob(f"replica_cpu_{deployment}_*.log")
+            for line in f.read_text(errors="replace").splitlines() if rid in line
+        ]
+        assert lines, deployment
