@@ -1,15 +1,29 @@
 """Clip decoding with PyAV: sample by presentation timestamp, resize to the pixel budget.
 
 :func:`decode_clip` turns clip bytes (or a file path) into a
-:class:`DecodedClip`: one ``(T, H, W, 3) uint8`` RGB array plus metadata. It
-makes two passes: a demux pass (packets only, no decoding) that finds the
-clip's length and frame times so the sampling grid and frame size are known
-up front, then a decode pass that converts only the kept frames, straight to
-the target size (``VideoFrame.to_ndarray(width=, height=, format="rgb24")``
-in one swscale call), so a 4K clip never materializes as full-size arrays.
+:class:`DecodedClip`: one ``(T, H, W, 3) uint8`` RGB array plus metadata.
 
-Errors are :class:`serve_app.errors.ServeAppError` subclasses with the
-HTTP status they map to.
+1. **Open** with an allowlist of container formats (FFmpeg would happily
+   "decode" a text file as ``tty``); a file that looks like a known container
+   (magic bytes) but will not open is 422 (truncated/damaged), anything else 415.
+2. **Demux pass** (packets only, no decoding): the frame times, which
+   pictures are references (:mod:`serve_app.bitstream`), the clip's end,
+   and the packets of the requested window, kept in memory.
+3. **Plan**: the sampling grid and, per target, the frame to keep
+   (:func:`serve_app.sampling.plan_picks`, reference frames preferred).
+4. **Decode pass** over the kept packets: a non-reference picture that is not
+   kept is never sent to the decoder (H.264/HEVC), or is skipped by FFmpeg
+   (``skip_frame=NONREF`` for that packet, other codecs); decoding stops
+   after the last kept frame. Only kept frames are converted, straight to the
+   target size (:class:`serve_app.frames.FrameStore`).
+
+AVI and raw elementary streams have no trustworthy presentation timestamps
+(packed B-frames scramble them): they are timed by frame index and decoded
+in full, choosing frames with :class:`serve_app.sampling.FrameSelector`.
+
+A clip that breaks mid-stream keeps the frames decoded so far (with a
+warning saying where decoding stopped) as long as two were decoded. Errors
+are :class:`serve_app.errors.ServeAppError` subclasses with their HTTP status.
 """
 
 from __future__ import annotations
@@ -23,16 +37,17 @@ from pathlib import Path
 import av
 import numpy as np
 
+from serve_app.bitstream import ReferenceParser
 from serve_app.config import DecodeConfig, LimitsConfig
 from serve_app.errors import (
-    InvalidRequestError,
+    NotFoundError,
     PayloadTooLargeError,
-    ServeAppError,
     UnprocessableClipError,
     UnsupportedMediaError,
     UpstreamTimeoutError,
 )
-from serve_app.sampling import FrameSelector, even_frame_count, frame_size, plan_grid
+from serve_app.frames import FrameStore
+from serve_app.sampling import FrameSelector, SamplingGrid, plan_grid, plan_picks, smart_resize
 
 logger = logging.getLogger(__name__)
 
@@ -57,8 +72,15 @@ VIDEO_FORMATS = frozenset(
     }
 )
 
-#: Containers with no real presentation timestamps: frame i shows at i / rate.
-INDEX_TIMED_FORMATS = frozenset({"avi"})
+#: Containers with no trustworthy presentation timestamps: frame i shows at i / rate.
+INDEX_TIMED_FORMATS = frozenset({"avi", "h264", "hevc", "m4v", "mjpeg"})
+
+#: Seconds of packets kept before a window's start (reference frames the first pick needs).
+_PREROLL_S = 1.0
+#: Seconds demuxed past a window's end (B-frames show after later-decoded frames).
+_POSTROLL_S = 2.0
+#: A header duration this much (s) longer than the frames found means a truncated file.
+_TRUNCATION_SLACK_S = 0.5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,14 +109,15 @@ class DecodedClip:
             frame in seconds from the clip's first frame, strictly increasing;
             ``T - T_real`` trailing frames repeat the last one (``padded_frames``).
         fps: effective sampling rate in frames per second (the model's temporal
-            positions come from it).
+            positions come from it: Qwen2.5-VL spaces frame pairs 2/fps s apart).
         source_width, source_height: displayed source size in pixels.
         source_fps: average source frame rate (frames/s), if known.
         duration_s: clip length in seconds (end of the last frame).
-        rotation_deg: display rotation applied (0, 90, 180 or 270).
+        rotation_deg: display rotation applied, degrees clockwise (0, 90, 180 or 270).
         padded_frames: frames appended to reach an even count.
         warnings: human-readable notes (e.g. where decoding stopped).
         decode_ms: wall time spent decoding, in milliseconds.
+        decoded_frames: pictures the decoder actually decoded (≤ the clip's frames).
     """
 
     frames: np.ndarray
@@ -108,6 +131,7 @@ class DecodedClip:
     padded_frames: int = 0
     warnings: list[str] = dataclasses.field(default_factory=list)
     decode_ms: float = 0.0
+    decoded_frames: int = 0
 
     @property
     def num_frames(self) -> int:
@@ -115,80 +139,321 @@ class DecodedClip:
         return int(self.frames.shape[0])
 
 
-def _open(source: bytes | str | Path) -> av.container.InputContainer:
-    src = io.BytesIO(source) if isinstance(source, (bytes, bytearray, memoryview)) else str(source)
+# --------------------------------------------------------------------------- open
+
+
+def _sniff_container(head: bytes) -> str | None:
+    """The video container ``head`` (the first bytes of a file) looks like, by magic bytes."""
+    if len(head) >= 8 and head[4:8] in (b"ftyp", b"moov", b"mdat", b"free", b"skip", b"wide", b"pnot"):
+        return "MP4/MOV"
+    if head.startswith(b"\x1a\x45\xdf\xa3"):
+        return "Matroska/WebM"
+    if head.startswith(b"RIFF") and head[8:12] == b"AVI ":
+        return "AVI"
+    if head.startswith(b"FLV\x01"):
+        return "FLV"
+    if head.startswith(b"\x30\x26\xb2\x75\x8e\x66\xcf\x11"):
+        return "ASF/WMV"
+    if head.startswith(b"\x00\x00\x01\xba"):
+        return "MPEG-PS"
+    if len(head) > 188 and head[0] == 0x47 and head[188] == 0x47:
+        return "MPEG-TS"
+    return None
+
+
+def _head(source: bytes | str | Path, n: int = 512) -> bytes:
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        return bytes(source[:n])
     try:
-        container = av.open(src, mode="r", metadata_errors="ignore")
+        with open(source, "rb") as f:
+            return f.read(n)
+    except OSError:
+        return b""
+
+
+def _is_empty_file(path: Path) -> bool:
+    try:
+        return path.stat().st_size == 0
+    except OSError:
+        return False
+
+
+def open_container(
+    source: bytes | str | Path,
+    *,
+    param: str = "video",
+    options: dict[str, str] | None = None,
+    timeout: tuple[float, float] | None = None,
+) -> av.container.InputContainer:
+    """Opens a clip with FFmpeg, accepting only video container formats.
+
+    Args:
+        source: clip bytes, a local path, or a URL FFmpeg reads itself (``rtsp://``).
+        param: request field named in errors.
+        options: FFmpeg demuxer/protocol options.
+        timeout: PyAV's ``(open, read)`` timeouts in seconds (network sources).
+
+    Raises:
+        NotFoundError (404): no such local file.
+        UnprocessableClipError (422): a known container (by its magic bytes) that will not open:
+            truncated or damaged.
+        UnsupportedMediaError (415): not a video container this server reads.
+    """
+    src = io.BytesIO(source) if isinstance(source, (bytes, bytearray, memoryview)) else str(source)
+    if isinstance(src, io.BytesIO) and len(source) == 0 or isinstance(source, Path) and _is_empty_file(source):
+        raise UnprocessableClipError("the video is empty (0 bytes)", param=param)
+    try:
+        container = av.open(src, mode="r", metadata_errors="ignore", options=options, timeout=timeout)
     except av.error.FileNotFoundError as e:
-        raise InvalidRequestError(f"video file not found: {source}", param="video_path") from e
+        raise NotFoundError(f"video file not found: {source}", param=param) from e
     except (av.error.FFmpegError, ValueError, OSError) as e:
         reason = getattr(e, "strerror", None) or str(e)
-        raise UnsupportedMediaError(f"not a readable video container ({reason})", param="video") from e
+        kind = _sniff_container(_head(source)) if not isinstance(src, str) or Path(src).exists() else None
+        if kind is not None:
+            hint = (
+                " (an MP4 whose index, the 'moov' box, sits at the end of the file cannot be read "
+                "from a partial upload)"
+                if kind == "MP4/MOV"
+                else ""
+            )
+            raise UnprocessableClipError(
+                f"the file is a {kind} container but cannot be opened: it is truncated or damaged{hint}; "
+                f"FFmpeg says: {reason}",
+                param=param,
+            ) from e
+        raise UnsupportedMediaError(f"not a readable video container ({reason})", param=param) from e
     if container.format.name not in VIDEO_FORMATS:
+        name = container.format.name
         container.close()
         raise UnsupportedMediaError(
-            f"container format '{container.format.name}' is not a supported video format "
-            f"(supported: MP4/MOV, Matroska/WebM, AVI, MPEG-TS, FLV, raw H.264/HEVC, MJPEG)",
-            param="video",
+            f"container format '{name}' is not a supported video format "
+            f"(supported: MP4/MOV, Matroska/WebM, AVI, MPEG-TS/PS, FLV, ASF, raw H.264/HEVC, MJPEG)",
+            param=param,
         )
     return container
 
 
-def _video_stream(container: av.container.InputContainer) -> av.video.stream.VideoStream:
-    if not container.streams.video:
+def video_stream(container: av.container.InputContainer, *, param: str = "video") -> av.video.stream.VideoStream:
+    """The clip's first real video stream (cover art is not video).
+
+    Raises:
+        UnsupportedMediaError (415): no video stream, or no decoder for its codec.
+    """
+    streams = [s for s in container.streams.video if not (s.disposition & av.stream.Disposition.attached_pic)]
+    if not streams:
         kinds = sorted({s.type for s in container.streams}) or ["none"]
-        raise UnsupportedMediaError(
-            f"the file has no video stream (streams: {', '.join(kinds)})", param="video"
-        )
-    stream = container.streams.video[0]
+        raise UnsupportedMediaError(f"the file has no video stream (streams: {', '.join(kinds)})", param=param)
+    stream = streams[0]
     if stream.codec_context is None:
-        raise UnsupportedMediaError(f"no decoder for video codec '{stream.codec.name}'", param="video")
+        raise UnsupportedMediaError(
+            "the video codec is not supported: FFmpeg has no decoder for it "
+            "(supported include H.264, HEVC, VP8, VP9, AV1, MPEG-4, MJPEG)",
+            param=param,
+        )
     return stream
 
 
-def _rotation(stream: av.video.stream.VideoStream) -> int:
-    """Display rotation in degrees clockwise (0/90/180/270) from the stream's display matrix."""
-    try:
-        sd = stream.side_data
-        matrix = sd.get("DISPLAYMATRIX") if hasattr(sd, "get") else None
-    except Exception:  # noqa: BLE001 - older PyAV: no side data access
-        matrix = None
-    if matrix is None:
-        return 0
-    deg = float(matrix) if not hasattr(matrix, "rotation") else float(matrix.rotation)
-    return int(round(-deg / 90.0)) % 4 * 90
+def check_frame_limits(width: int, height: int, decode: DecodeConfig, limits: LimitsConfig, param: str) -> None:
+    """Rejects source frames over the size limits or of an unusable shape, before decoding.
 
-
-def _frame_times(container, stream, index_timed: bool) -> tuple[list[float], float | None, int | None]:
-    """Demux pass: presentation times (s, from the first frame) of every video packet.
-
-    Returns the sorted times, the duration (s) of the last frame if the
-    container states it, and the first frame's pts (stream time base; None
-    for index-timed containers).
+    Raises:
+        PayloadTooLargeError (413): wider or taller than ``limits.max_source_width/height``.
+        UnprocessableClipError (422): empty, or an aspect ratio over the budget's limit.
     """
-    tb = float(stream.time_base) if stream.time_base else None
-    pts: list[int] = []
-    last_duration = None
-    n = 0
-    for packet in container.demux(stream):
-        if packet.size == 0:
-            continue
-        n += 1
-        ts = packet.pts if packet.pts is not None else packet.dts
-        if ts is not None:
-            pts.append(ts)
-        if packet.duration:
-            last_duration = packet.duration
-    rate = float(stream.average_rate or stream.guessed_rate or 0) or None
-    if index_timed or tb is None or len(pts) < n:
-        step = 1.0 / rate if rate else 0.04
-        return [i * step for i in range(n)], step, None
-    if not pts:
-        return [], None, None
-    pts.sort()
-    t0 = pts[0]
-    times = [(p - t0) * tb for p in pts]
-    return times, (last_duration * tb if last_duration else None), t0
+    if width <= 0 or height <= 0:
+        raise UnprocessableClipError(f"the video stream declares an empty frame size ({width}x{height})", param=param)
+    if width > limits.max_source_width or height > limits.max_source_height:
+        raise PayloadTooLargeError(
+            f"source frames are {width}x{height}; the limit is {limits.max_source_width}x{limits.max_source_height}",
+            param=param,
+        )
+    b = decode.budget
+    try:
+        smart_resize(
+            height, width, min_pixels=b.min_frame_pixels, max_pixels=b.max_frame_pixels, max_aspect=b.max_aspect_ratio
+        )
+    except UnprocessableClipError as e:
+        raise UnprocessableClipError(e.message, param=param) from None
+
+
+def configure_decoder(stream: av.video.stream.VideoStream, threads: int) -> None:
+    """Explicit decoder threading: ``threads`` (0 = FFmpeg's choice); one thread uses no frame threads."""
+    cc = stream.codec_context
+    cc.thread_count = threads
+    cc.thread_type = "SLICE" if threads == 1 else "AUTO"
+
+
+# --------------------------------------------------------------------------- demux pass
+
+
+@dataclasses.dataclass
+class _PacketIndex:
+    """What the demux pass learned. Times are seconds from the clip's first frame."""
+
+    pts: list[int]  # every frame's pts (stream time base), decode order
+    refs: list[bool | None]  # per frame, aligned with pts
+    kept: list[av.Packet]  # packets of the window, decode order, starting at a keyframe
+    kept_first: int  # index (into pts) of kept[0]
+    count: int  # non-empty video packets seen
+    last_duration: int | None  # duration of the last packet, stream time base
+    eof: bool  # demuxed to the end of the file (not stopped early)
+    error: str | None  # demuxer error that ended the pass early
+
+
+def _demux(container, stream, request: SampleRequest, index_timed: bool, limits: LimitsConfig, deadline: float) -> _PacketIndex:
+    tb = float(stream.time_base) if stream.time_base else 0.0
+    rate = float(stream.average_rate or stream.guessed_rate or 0) or 25.0
+    parser = None if index_timed else ReferenceParser.for_stream(stream.codec_context.name, stream.codec_context.extradata)
+    start_s = request.start_s or 0.0
+    stop_s = (request.end_s + _POSTROLL_S) if request.end_s is not None else None
+    max_s = limits.max_clip_duration_s * 1.01 + 1.0
+    idx = _PacketIndex([], [], [], 0, 0, None, True, None)
+    t0: int | None = None
+    try:
+        for packet in container.demux(stream):
+            if packet.size == 0:
+                continue
+            if idx.count % 64 == 0 and time.perf_counter() > deadline:
+                raise UpstreamTimeoutError("reading the clip took longer than the decode time limit", param="video")
+            n = idx.count
+            idx.count += 1
+            ts = packet.pts if packet.pts is not None else packet.dts
+            if index_timed or ts is None or tb == 0.0:
+                t = n / rate
+                idx.pts.append(n)
+            else:
+                t0 = ts if t0 is None else min(t0, ts)
+                t = (ts - t0) * tb
+                idx.pts.append(ts)
+            idx.refs.append(parser.is_reference(packet) if parser is not None else None)
+            if packet.duration:
+                idx.last_duration = packet.duration
+            if t > max_s:
+                raise PayloadTooLargeError(
+                    f"clip lasts more than {limits.max_clip_duration_s:.0f} s (the limit)", param="video"
+                )
+            if packet.is_keyframe and t <= start_s - _PREROLL_S:
+                idx.kept.clear()  # decoding can start here: earlier packets are not needed
+                idx.kept_first = n
+            idx.kept.append(packet)
+            if stop_s is not None and t > stop_s:
+                idx.eof = False
+                break
+    except av.error.FFmpegError as e:
+        idx.error = e.strerror or str(e)
+    return idx
+
+
+# --------------------------------------------------------------------------- decode pass
+
+
+def _decode_error(e: av.error.FFmpegError) -> str:
+    return (e.strerror or str(e)).split(":")[0]
+
+
+def _decode_planned(stream, idx: _PacketIndex, wanted: dict[int, float], store: FrameStore, deadline: float, decode: DecodeConfig) -> tuple[int, list[str]]:
+    """Decodes the kept packets, converting the frames whose pts is in ``wanted`` (pts → seconds)."""
+    cc = stream.codec_context
+    refs = idx.refs
+    toggle = decode.threads == 1  # per-packet skip_frame needs a single decoding thread
+    skipping = False
+    n_decoded = 0
+    remaining = len(wanted)
+    last_pts = None
+    warnings: list[str] = []
+    resync = False  # after damaged data: wait for the next keyframe
+    tb = float(stream.time_base)
+    t0 = min(idx.pts)
+
+    def take(frames) -> None:
+        nonlocal n_decoded, remaining, last_pts
+        for f in frames:
+            n_decoded += 1
+            t = wanted.get(f.pts)
+            if t is not None and (last_pts is None or f.pts > last_pts):
+                store.add(f, t)
+                last_pts = f.pts
+                remaining -= 1
+
+    for i, packet in enumerate(idx.kept):
+        if remaining <= 0:
+            break
+        if i % 32 == 0 and time.perf_counter() > deadline:
+            raise UpstreamTimeoutError(
+                f"decoding took longer than the limit of {decode.timeout_s:.0f} s", param="video"
+            )
+        if resync:
+            if not packet.is_keyframe:
+                continue
+            resync = False
+        is_wanted = packet.pts in wanted
+        ref = refs[idx.kept_first + i]
+        if ref is False and not is_wanted:
+            continue  # a non-reference picture nobody keeps: never decode it
+        if toggle and ref is None and skipping == is_wanted:
+            skipping = not is_wanted
+            cc.skip_frame = "NONREF" if skipping else "DEFAULT"
+        try:
+            take(cc.decode(packet))
+        except av.error.FFmpegError as e:
+            where = ((packet.pts if packet.pts is not None else t0) - t0) * tb
+            nxt = next((p for p in idx.kept[i + 1 :] if p.is_keyframe), None)
+            if nxt is None:
+                warnings.append(f"decoding stopped at {where:.2f} s: damaged data ({_decode_error(e)})")
+                break
+            warnings.append(
+                f"damaged data at {where:.2f} s ({_decode_error(e)}): frames up to the next keyframe at "
+                f"{(nxt.pts - t0) * tb:.2f} s were skipped"
+            )
+            resync = True
+    else:
+        if remaining > 0:
+            try:
+                take(cc.decode(None))
+            except av.error.FFmpegError as e:
+                warnings.append(f"decoding stopped at the end of the stream: {_decode_error(e)}")
+    return n_decoded, warnings
+
+
+def _decode_indexed(stream, idx: _PacketIndex, grid: SamplingGrid, rate: float, store: FrameStore, deadline: float, decode: DecodeConfig) -> tuple[int, list[str]]:
+    """Decodes every kept packet; frame i shows at i / rate (s)."""
+    cc = stream.codec_context
+    selector = FrameSelector(grid)
+    warnings: list[str] = []
+    n = idx.kept_first  # keyframe-aligned start: frame numbering continues from there
+
+    def push(frames) -> None:
+        nonlocal n
+        for f in frames:
+            t = n / rate
+            n += 1
+            if selector.wants(t):
+                for _k, t_kept, kept in selector.push(t, f):
+                    store.add(kept, t_kept)
+
+    for i, packet in enumerate(idx.kept):
+        if selector.done:
+            break
+        if i % 32 == 0 and time.perf_counter() > deadline:
+            raise UpstreamTimeoutError(
+                f"decoding took longer than the limit of {decode.timeout_s:.0f} s", param="video"
+            )
+        try:
+            push(cc.decode(packet))
+        except av.error.FFmpegError as e:
+            warnings.append(f"decoding stopped at {n / rate:.2f} s: damaged data ({_decode_error(e)})")
+            break
+    else:
+        try:
+            push(cc.decode(None))
+        except av.error.FFmpegError:
+            pass
+    for _k, t_kept, kept in selector.finish():
+        store.add(kept, t_kept)
+    return n - idx.kept_first, warnings
+
+
+# --------------------------------------------------------------------------- entry point
 
 
 def decode_clip(
@@ -206,139 +471,138 @@ def decode_clip(
         limits: size and duration limits.
 
     Returns:
-        A :class:`DecodedClip` with ``(T, H, W, 3) uint8`` frames.
+        A :class:`DecodedClip` with ``(T, H, W, 3) uint8`` frames; timestamps within
+        half a grid step (0.125 s at 4 fps) of ``start + k / fps``.
 
     Raises:
-        InvalidRequestError (400): empty input.
-        PayloadTooLargeError (413): source frame or clip length over the limits.
+        UnprocessableClipError (422): empty input, truncated/damaged container, fewer than
+            two frames decoded before a break (or none at all), empty window, extreme aspect.
+        PayloadTooLargeError (413): source frame size or clip length over the limits.
         UnsupportedMediaError (415): not a video container, no video stream, unknown codec.
-        UnprocessableClipError (422): fewer than one usable frame, bad window, extreme aspect.
+        NotFoundError (404): a local path that does not exist.
         UpstreamTimeoutError (504): decoding exceeded ``decode.timeout_s``.
     """
     t_start = time.perf_counter()
-    if isinstance(source, (bytes, bytearray, memoryview)) and len(source) == 0:
-        raise InvalidRequestError("the uploaded video is empty (0 bytes)", param="video")
     deadline = t_start + decode.timeout_s
 
-    container = _open(source)
+    container = open_container(Path(source) if isinstance(source, str) else source)
     try:
-        stream = _video_stream(container)
+        stream = video_stream(container)
         cc = stream.codec_context
-        src_w, src_h = cc.width, cc.height
-        if src_w > limits.max_source_width or src_h > limits.max_source_height:
+        check_frame_limits(cc.width, cc.height, decode, limits, "video")
+        declared_s = _declared_duration(container, stream)
+        if declared_s is not None and declared_s > limits.max_clip_duration_s * 1.01 + 1:
             raise PayloadTooLargeError(
-                f"source frames are {src_w}x{src_h}; the limit is "
-                f"{limits.max_source_width}x{limits.max_source_height}",
-                param="video",
+                f"clip lasts {declared_s:.1f} s; the limit is {limits.max_clip_duration_s:.0f} s", param="video"
             )
-        if container.duration and container.duration / 1e6 > limits.max_clip_duration_s * 1.01 + 1:
-            raise PayloadTooLargeError(
-                f"clip lasts {container.duration / 1e6:.1f} s; the limit is {limits.max_clip_duration_s:.0f} s",
-                param="video",
-            )
-        rotation = _rotation(stream)
+        configure_decoder(stream, decode.threads)
         index_timed = container.format.name in INDEX_TIMED_FORMATS
-        try:
-            times, last_dur, first_pts = _frame_times(container, stream, index_timed)
-        except av.error.FFmpegError as e:
-            raise UnprocessableClipError(f"cannot read the clip's packets ({e})", param="video") from e
-    finally:
-        container.close()
-
-    if not times:
-        raise UnprocessableClipError("the clip contains no video frames", param="video")
-    rate = float(stream.average_rate or stream.guessed_rate or 0) or None
-    diffs = np.diff(times)
-    typical = float(np.median(diffs)) if len(diffs) else (1.0 / rate if rate else 0.04)
-    clip_end = times[-1] + (last_dur if last_dur and last_dur > 0 else typical)
-    if clip_end > limits.max_clip_duration_s * 1.01:
-        raise PayloadTooLargeError(
-            f"clip lasts {clip_end:.1f} s; the limit is {limits.max_clip_duration_s:.0f} s", param="video"
+        idx = _demux(container, stream, request, index_timed, limits, deadline)
+        if idx.count == 0:
+            detail = f" ({idx.error})" if idx.error else ""
+            raise UnprocessableClipError(f"the clip contains no video frames{detail}", param="video")
+        index_timed = index_timed or len(idx.pts) < idx.count or not stream.time_base
+        rate = float(stream.average_rate or stream.guessed_rate or 0) or None
+        tb = float(stream.time_base) if stream.time_base else 0.0
+        if index_timed:
+            step = 1.0 / (rate or 25.0)
+            times = np.arange(idx.count) * step
+            last_dur = step
+        else:
+            pts = np.asarray(idx.pts, dtype=np.int64)
+            times = (np.sort(pts) - pts.min()) * tb
+            last_dur = idx.last_duration * tb if idx.last_duration else None
+        typical = float(np.median(np.diff(times))) if len(times) > 1 else (1.0 / rate if rate else 0.04)
+        clip_end = float(times[-1]) + (last_dur if last_dur and 0 < last_dur < 10 * typical + 1 else typical)
+        if clip_end > limits.max_clip_duration_s * 1.01:
+            raise PayloadTooLargeError(
+                f"clip lasts {clip_end:.1f} s; the limit is {limits.max_clip_duration_s:.0f} s", param="video"
+            )
+        span = float(times[-1] - times[0])
+        source_fps = (len(times) - 1) / span if len(times) > 1 and span > 0 else rate
+        grid = plan_grid(
+            clip_end,
+            fps=request.fps,
+            max_frames=request.max_frames,
+            start_s=request.start_s,
+            end_s=request.end_s,
+            source_fps=source_fps,
         )
-    source_fps = (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 and times[-1] > times[0] else rate
-    grid = plan_grid(
-        clip_end,
-        fps=request.fps,
-        max_frames=request.max_frames,
-        start_s=request.start_s,
-        end_s=request.end_s,
-        source_fps=source_fps,
-    )
-    disp_w, disp_h = (src_h, src_w) if rotation in (90, 270) else (src_w, src_h)
-    n_out = even_frame_count(grid.count)
-    out_h, out_w = frame_size(disp_h, disp_w, n_out, decode.budget)
-    # Resize before rotating: the decoder's orientation is the stored one.
-    conv_w, conv_h = (out_h, out_w) if rotation in (90, 270) else (out_w, out_h)
+        warnings: list[str] = []
+        if idx.eof and declared_s is not None and declared_s - clip_end > max(_TRUNCATION_SLACK_S, 2 * typical):
+            warnings.append(
+                f"the file is cut off: its frames end at {clip_end:.2f} s but its header says the clip lasts "
+                f"{declared_s:.2f} s"
+            )
+        if idx.error:
+            warnings.append(f"reading stopped at {clip_end:.2f} s: {idx.error}")
 
-    frames = np.empty((n_out, out_h, out_w, 3), dtype=np.uint8)
-    kept_t: list[float] = []
-    warnings: list[str] = []
-    selector = FrameSelector(grid)
-
-    def store(settled) -> None:
-        for _k, t, vf in settled:
-            arr = vf.to_ndarray(width=conv_w, height=conv_h, format="rgb24", interpolation="BILINEAR")
-            if rotation:
-                arr = np.rot90(arr, k=-(rotation // 90))
-            frames[len(kept_t)] = arr
-            kept_t.append(t)
-
-    container = _open(source)
-    try:
-        stream = container.streams.video[0]
-        stream.codec_context.thread_count = decode.threads
-        stream.codec_context.thread_type = "AUTO" if decode.threads != 1 else "SLICE"
-        tb = float(stream.time_base) if stream.time_base else None
-        if request.start_s and request.start_s > 1.0 and first_pts is not None and tb:
-            # Jump to the keyframe before the window instead of decoding from 0.
-            container.seek(first_pts + int((request.start_s - 1.0) / tb), stream=stream, backward=True)
-        i = 0
-        try:
-            for vf in container.decode(stream):
-                if first_pts is None or vf.pts is None or tb is None:
-                    t = i / rate if rate else i * typical
-                else:
-                    t = (vf.pts - first_pts) * tb
-                i += 1
-                if selector.wants(t):
-                    store(selector.push(t, vf))
-                if selector.done:
-                    break
-                if time.perf_counter() > deadline:
-                    raise UpstreamTimeoutError(
-                        f"decoding took longer than the limit of {decode.timeout_s:.0f} s", param="video"
-                    )
-        except av.error.FFmpegError as e:
-            where = kept_t[-1] if kept_t else 0.0
-            warnings.append(f"decoding stopped at {where:.2f} s of {clip_end:.2f} s: {e.strerror or e}")
-            logger.info("partial decode: %s", warnings[-1])
-        store(selector.finish())
+        if index_timed:
+            store = FrameStore(grid.count, decode.budget, decode.interpolation)
+            n_decoded, more = _decode_indexed(stream, idx, grid, 1.0 / step, store, deadline, decode)
+        else:
+            wanted = _plan_wanted(idx, tb, grid)
+            store = FrameStore(max(1, len(wanted)), decode.budget, decode.interpolation)
+            n_decoded, more = _decode_planned(stream, idx, wanted, store, deadline, decode)
+        warnings += more
     finally:
         container.close()
 
-    n_real = len(kept_t)
+    n_real = len(store)
     if n_real == 0 or (warnings and n_real < 2):
-        raise UnprocessableClipError(
-            "no frame could be decoded" + (f" ({warnings[-1]})" if warnings else ""), param="video"
-        )
-    # Fewer frames than planned (broken or sparse clip) keep the planned size:
-    # the per-frame cap only loosens as the frame count drops.
-    n_final = even_frame_count(n_real)
-    frames = frames[:n_final]
-    frames[n_real:] = frames[n_real - 1]
+        why = f": {warnings[-1]}" if warnings else ""
+        raise UnprocessableClipError(f"fewer than 2 frames could be decoded{why}", param="video")
+    for w in warnings:
+        logger.info("partial clip: %s", w)
+    frames, timestamps, padded = store.finish()
     return DecodedClip(
         frames=frames,
-        timestamps_s=np.asarray(kept_t, dtype=np.float64),
+        timestamps_s=timestamps,
         fps=grid.fps,
-        source_width=disp_w,
-        source_height=disp_h,
+        source_width=store.source_size[0],
+        source_height=store.source_size[1],
         source_fps=source_fps,
-        duration_s=clip_end,
-        rotation_deg=rotation,
-        padded_frames=n_final - n_real,
+        duration_s=clip_end if idx.eof else max(clip_end, declared_s or 0.0),
+        rotation_deg=store.rotation_cw,
+        padded_frames=padded,
         warnings=warnings,
         decode_ms=(time.perf_counter() - t_start) * 1000,
+        decoded_frames=n_decoded,
     )
+
+
+def _declared_duration(container, stream) -> float | None:
+    """Clip length in seconds that the header claims for the video stream (or the container)."""
+    if stream.duration and stream.time_base:
+        return float(stream.duration * stream.time_base)
+    if container.duration:
+        return container.duration / 1e6
+    return None
+
+
+def _plan_wanted(idx: _PacketIndex, tb: float, grid: SamplingGrid) -> dict[int, float]:
+    """The pts (stream time base) of the frames to keep → their time in seconds.
+
+    Only frames whose packets were kept (at or after the first kept keyframe, in
+    display order) are candidates.
+    """
+    all_pts = np.asarray(idx.pts, dtype=np.int64)
+    t0 = int(all_pts.min())
+    cand = all_pts[idx.kept_first : idx.kept_first + len(idx.kept)]
+    cand_refs = idx.refs[idx.kept_first : idx.kept_first + len(idx.kept)]
+    first_key = int(cand[0])
+    order = np.argsort(cand, kind="stable")
+    pts_sorted = cand[order]
+    keep = pts_sorted >= first_key  # leading pictures of an open GOP need frames before the keyframe
+    pts_sorted = pts_sorted[keep]
+    if len(pts_sorted) == 0:
+        return {}
+    refs_sorted = None
+    if all(r is not None for r in cand_refs):
+        refs_sorted = np.asarray(cand_refs, dtype=bool)[order][keep]
+    times = (pts_sorted - t0) * tb
+    picks = plan_picks(times, grid, refs_sorted)
+    return {int(pts_sorted[i]): float(times[i]) for i in picks}
 
 
 def describe(clip: DecodedClip) -> dict:
@@ -356,5 +620,3 @@ def describe(clip: DecodedClip) -> dict:
         "duration_s": round(clip.duration_s, 4),
         "rotation_deg": clip.rotation_deg,
     }
-
-

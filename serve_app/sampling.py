@@ -13,6 +13,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import numpy as np
+
 from serve_app.config import PIXEL_FACTOR, PixelBudget
 from serve_app.errors import UnprocessableClipError
 
@@ -237,3 +239,43 @@ class FrameSelector:
             self._settle(out)
         self._cands = []
         return out
+
+
+def plan_picks(times_s: np.ndarray, grid: SamplingGrid, is_reference: np.ndarray | None = None) -> np.ndarray:
+    """Chooses, for each grid target, one frame of a clip whose frame times are known up front.
+
+    Each target takes a frame within ``grid.tolerance_s`` of it, later than the
+    frame picked for the previous target (so picks strictly increase and no
+    frame is used twice). Among those candidates a reference frame (one other
+    frames are predicted from, so decoded anyway) is preferred to a
+    non-reference one, then the nearest; a target with no candidate is left
+    out (a gap in a variable-rate or sparse clip is not filled with a copy).
+
+    Args:
+        times_s: ``(N,) float`` presentation times in seconds, sorted ascending.
+        grid: the targets.
+        is_reference: ``(N,) bool`` per frame, or None when unknown (nearest wins).
+
+    Returns:
+        ``(K,) int64`` indices into ``times_s``, strictly increasing, ``K ≤ grid.count``.
+    """
+    times = np.asarray(times_s, dtype=np.float64)
+    tol = grid.tolerance_s + 1e-9
+    targets = grid.start_s + np.arange(grid.count) * grid.step_s
+    lo_idx = np.searchsorted(times, targets - tol, side="left")
+    hi_idx = np.searchsorted(times, targets + tol, side="right")
+    picks: list[int] = []
+    nxt = 0
+    for k in range(grid.count):
+        lo, hi = max(int(lo_idx[k]), nxt), int(hi_idx[k])
+        if lo >= hi:
+            continue
+        dist = np.abs(times[lo:hi] - targets[k])
+        if is_reference is not None:
+            refs = is_reference[lo:hi]
+            if refs.any() and not refs.all():
+                dist = np.where(refs, dist, dist + 1e6)  # any reference frame beats every non-reference one
+        best = lo + int(np.argmin(dist))
+        picks.append(best)
+        nxt = best + 1
+    return np.asarray(picks, dtype=np.int64)

@@ -5,7 +5,7 @@ import pytest
 
 from serve_app.config import DecodeConfig, LimitsConfig
 from serve_app.decoder import SampleRequest, decode_clip
-from serve_app.errors import InvalidRequestError, PayloadTooLargeError, UnsupportedMediaError
+from serve_app.errors import PayloadTooLargeError, UnprocessableClipError, UnsupportedMediaError
 
 pytestmark = pytest.mark.unit
 
@@ -37,8 +37,8 @@ def test_whole_clip_from_bytes_is_even_and_on_grid(data_dir):
     assert clip.timestamps_s[-1] <= clip.duration_s
 
 
-def test_empty_upload_is_400():
-    with pytest.raises(InvalidRequestError, match="empty"):
+def test_empty_upload_is_422():
+    with pytest.raises(UnprocessableClipError, match="empty"):
         decode_clip(b"", SampleRequest(4, 128), DEC, LIM)
 
 

@@ -11,6 +11,7 @@ from serve_app.sampling import (
     frame_pixel_cap,
     frame_size,
     plan_grid,
+    plan_picks,
     smart_resize,
     video_tokens,
 )
@@ -114,3 +115,30 @@ def test_tiny_frames_scale_up_to_the_minimum_area():
 def test_extreme_aspect_is_rejected_naming_the_limit():
     with pytest.raises(UnprocessableClipError, match="200"):
         smart_resize(16, 4000, min_pixels=100352, max_pixels=602112)
+
+
+def test_plan_picks_prefers_reference_frames_within_tolerance():
+    times = np.arange(0, 2, 0.1)  # 10 fps: I/P every 0.4 s, B-reference midway, the rest non-reference
+    refs = np.array([i % 2 == 0 for i in range(len(times))])
+    g = plan_grid(2.0, fps=4, max_frames=128)
+    picks = plan_picks(times, g, refs)
+    assert len(picks) == 8 and np.all(np.diff(picks) > 0)
+    assert refs[picks].all()  # every target had a reference frame within 0.125 s
+    assert np.max(np.abs(times[picks] - (np.arange(8) * 0.25))) <= 0.125
+    nearest = plan_picks(times, g, None)
+    assert not refs[nearest].all()  # without reference flags the nearest frame wins
+
+
+def test_plan_picks_leaves_gaps_and_never_reuses_a_frame():
+    times = np.array([0.0, 0.05, 1.0, 1.02])  # nothing near 0.25 .. 0.75
+    g = plan_grid(1.1, fps=4, max_frames=128)
+    picks = plan_picks(times, g)
+    assert list(picks) == [0, 2]
+    assert len(set(picks)) == len(picks)
+
+
+def test_plan_picks_matches_the_streaming_selector_without_reference_flags():
+    rng = np.random.default_rng(3)
+    times = np.sort(np.unique(np.round(rng.uniform(0, 20, 300), 3)))
+    g = plan_grid(20.0, fps=4, max_frames=128)
+    assert list(times[plan_picks(times, g)]) == select(list(times), g)
