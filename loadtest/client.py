@@ -1,0 +1,213 @@
+"""The HTTP side: building a window's request and sending it with a pooled ``httpx.AsyncClient``.
+
+:func:`build_request` is pure (tested without a server): an uploaded window
+becomes ``multipart/form-data`` (the ``video`` part plus form fields); a URL
+camera becomes JSON ``{video_url, start_s, end_s, …}``; a server-local file
+(``transport: path``) becomes JSON ``{video_path, start_s, end_s, …}``.
+
+:func:`send` fills a :class:`loadtest.metrics.RequestRecord` from the
+response: with ``stream`` it reads the server-sent events (``clip``,
+``delta``…, ``done``, ``[DONE]``) and stamps the first ``delta`` as the
+time to first token; errors are classified by kind (``http``, ``stream``,
+``timeout``, ``connect``, ``protocol``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from loadtest.camera import Window, is_url
+from loadtest.metrics import RequestRecord
+from loadtest.settings import CameraSpec, RunSettings
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class HttpRequest:
+    """A ready-to-send request body: either ``json`` or ``data`` + ``files`` (multipart)."""
+
+    json: dict[str, Any] | None = None
+    data: dict[str, str] | None = None
+    files: dict[str, tuple[str, bytes, str]] | None = None
+
+    @property
+    def bytes_sent(self) -> int:
+        """Clip bytes carried (the multipart ``video`` part), 0 for JSON."""
+        return sum(len(f[1]) for f in (self.files or {}).values())
+
+
+def _form_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)
+
+
+def request_fields(camera: CameraSpec, window: Window, question: str, settings: RunSettings) -> dict[str, Any]:
+    """The query fields of one window's request (None values omitted)."""
+    fields: dict[str, Any] = {
+        "question": question,
+        "camera_id": camera.id,
+        "fps": camera.fps,
+        "max_frames": camera.max_frames,
+        "start_s": window.start_s,
+        "end_s": window.end_s,
+        "max_tokens": settings.max_tokens,
+        "temperature": settings.temperature,
+        "seed": settings.request_seed,
+        "stream": settings.stream,
+    }
+    if settings.ignore_eos:
+        fields["ignore_eos"] = True
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+def build_request(camera: CameraSpec, window: Window, question: str, settings: RunSettings) -> HttpRequest:
+    """The request for one window of one camera.
+
+    Raises:
+        ValueError: an uploaded window without bytes.
+    """
+    fields = request_fields(camera, window, question, settings)
+    if is_url(camera.source):
+        return HttpRequest(json={"video_url": camera.source, **fields})
+    if window.data is None:
+        return HttpRequest(json={"video_path": str(Path(camera.source).resolve()), **fields})
+    name = f"{camera.id}-w{window.index}.mp4"
+    return HttpRequest(
+        data={k: _form_value(v) for k, v in fields.items()},
+        files={"video": (name, window.data, "video/mp4")},
+    )
+
+
+def _apply_body(record: RequestRecord, body: dict[str, Any]) -> None:
+    timings = body.get("timings") or {}
+    usage = body.get("usage") or {}
+    record.decode_ms = timings.get("decode_ms")
+    record.queue_ms = timings.get("queue_ms")
+    record.model_ms = timings.get("model_ms")
+    record.server_ttft_ms = timings.get("ttft_ms")
+    record.server_total_ms = timings.get("total_ms")
+    record.prompt_tokens = usage.get("prompt_tokens")
+    record.completion_tokens = usage.get("completion_tokens")
+    record.video_tokens = usage.get("video_tokens")
+    video = body.get("video") or {}
+    if video.get("num_frames") is not None:
+        record.num_frames = video["num_frames"]
+    record.request_id = body.get("id") or record.request_id
+
+
+def _apply_error(record: RequestRecord, kind: str, body: Any, fallback: str) -> None:
+    record.error_kind = kind
+    err = body.get("error") if isinstance(body, dict) else None
+    if isinstance(err, dict):
+        record.error_type = err.get("type")
+        record.error_message = (err.get("message") or "")[:300]
+    else:
+        record.error_message = fallback[:300]
+
+
+async def _read_error(record: RequestRecord, response: httpx.Response) -> None:
+    raw = await response.aread()
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        body = None
+    _apply_error(record, "http", body, raw[:300].decode("utf-8", "replace"))
+
+
+def parse_sse_line(line: str) -> dict[str, Any] | str | None:
+    """One server-sent-event line: the decoded ``data:`` payload, ``"[DONE]"``, or None (other lines).
+
+    Raises:
+        ValueError: a ``data:`` payload that is not JSON.
+    """
+    if not line.startswith("data:"):
+        return None
+    payload = line[5:].strip()
+    if payload == "[DONE]":
+        return payload
+    return json.loads(payload)
+
+
+async def send(
+    client: httpx.AsyncClient, url: str, request: HttpRequest, record: RequestRecord,
+    clock: Callable[[], float], stream: bool,
+) -> None:
+    """Sends one request and fills ``record`` (status, times, server timings, usage, error).
+
+    ``clock()`` returns seconds since the run started. Never raises for HTTP or
+    transport failures (they become the record's ``error_kind``); cancellation
+    propagates (the runner records it as ``unfinished``).
+    """
+    kwargs: dict[str, Any] = {"json": request.json} if request.json is not None else {
+        "data": request.data, "files": request.files}
+    record.bytes_sent = request.bytes_sent
+    try:
+        if not stream:
+            r = await client.post(url, **kwargs)
+            record.status = r.status_code
+            record.request_id = r.headers.get("x-request-id")
+            if r.status_code >= 400:
+                await _read_error(record, r)
+            else:
+                _apply_body(record, r.json())
+            record.done_s = clock()
+            return
+        async with client.stream("POST", url, **kwargs) as r:
+            record.status = r.status_code
+            record.request_id = r.headers.get("x-request-id")
+            if r.status_code >= 400:
+                await _read_error(record, r)
+                record.done_s = clock()
+                return
+            got_done = False
+            async for line in r.aiter_lines():
+                event = parse_sse_line(line)
+                if event is None:
+                    continue
+                if event == "[DONE]":
+                    break
+                kind = event.get("type")
+                if kind == "delta" and record.first_token_s is None:
+                    record.first_token_s = clock()
+                elif kind == "clip":
+                    record.num_frames = (event.get("video") or {}).get("num_frames")
+                elif kind == "done":
+                    _apply_body(record, event)
+                    got_done = True
+                elif kind == "error":
+                    _apply_error(record, "stream", event, "error event")
+            record.done_s = clock()
+            if not got_done and record.error_kind is None:
+                _apply_error(record, "protocol", None, "stream ended without a 'done' event")
+    except httpx.TimeoutException as e:
+        record.done_s = clock()
+        _apply_error(record, "timeout", None, f"{type(e).__name__}: {e}")
+    except (httpx.ConnectError, httpx.RemoteProtocolError, httpx.NetworkError) as e:
+        record.done_s = clock()
+        _apply_error(record, "connect", None, f"{type(e).__name__}: {e}")
+    except (ValueError, httpx.DecodingError) as e:
+        record.done_s = clock()
+        _apply_error(record, "protocol", None, f"{type(e).__name__}: {e}")
+
+
+def make_client(settings: RunSettings, api_key: str | None = None) -> httpx.AsyncClient:
+    """A pooled async client: one keep-alive connection per in-flight request, no proxies.
+
+    Args:
+        api_key: sent as ``Authorization: Bearer <key>`` when given (the server's optional API key).
+    """
+    headers = {"authorization": f"Bearer {api_key}"} if api_key else None
+    limits = httpx.Limits(max_connections=settings.max_connections, max_keepalive_connections=None,
+                          keepalive_expiry=60)
+    timeout = httpx.Timeout(settings.request_timeout_s, connect=min(10.0, settings.request_timeout_s))
+    return httpx.AsyncClient(base_url=settings.target, limits=limits, timeout=timeout, trust_env=False,
+                             headers=headers)

@@ -1,0 +1,188 @@
+"""One load-test run: camera feeds, a schedule, an async client, and the records it produces.
+
+The run is bounded: nothing is scheduled after ``duration_s`` nor beyond
+``max_requests``; after the last send the runner waits at most ``drain_s``
+for answers, then cancels what is left and records it as ``unfinished``
+(freshness = a lower bound). :meth:`Runner.stop` ends a run early the same way.
+
+Open-loop schedules use one dispatcher task that sleeps until each planned
+send time and starts the request as its own task, so a slow server never
+delays the next send (the client's own delay is the scheduling lag, reported).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from collections.abc import Callable
+
+import httpx
+
+from loadtest.camera import Window, is_url, source_windows
+from loadtest.client import build_request, make_client, send
+from loadtest.metrics import RequestRecord
+from loadtest.schedule import plan
+from loadtest.settings import CameraSpec, RunSettings
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class Feed:
+    """A camera with its windows, cut up front.
+
+    Attributes:
+        spec: the camera.
+        windows: the cycle of windows; None for a live URL (windows advance forever).
+        offset: cycle position of request 0 (cameras sharing a clip start at different windows).
+    """
+
+    spec: CameraSpec
+    windows: tuple[Window, ...] | None
+    offset: int = 0
+
+    def window(self, k: int) -> Window:
+        """The window of the camera's request ``k``."""
+        if self.windows is None:
+            w = self.spec.window_s
+            return Window(k, k * w, (k + 1) * w, k * w, (k + 1) * w, None, "url")
+        return self.windows[(self.offset + k) % len(self.windows)]
+
+    def question(self, k: int) -> str:
+        """The question of request ``k`` (round-robin)."""
+        qs = self.spec.questions
+        return qs[(self.offset + k) % len(qs)]
+
+
+def prepare_feeds(settings: RunSettings) -> list[Feed]:
+    """Cuts every camera's source into windows (once per source and window length).
+
+    Raises:
+        loadtest.camera.WindowCutError: a source cannot be cut.
+    """
+    feeds = []
+    t = time.perf_counter()
+    for i, cam in enumerate(settings.cameras):
+        if is_url(cam.source) and cam.duration_s is None:
+            feeds.append(Feed(cam, None, 0))
+            continue
+        windows = source_windows(cam.source, cam.window_s, transport=settings.transport, duration_s=cam.duration_s)
+        feeds.append(Feed(cam, windows, i % len(windows)))
+    logger.info("prepared %d feeds in %.2f s", len(feeds), time.perf_counter() - t)
+    return feeds
+
+
+class Runner:
+    """Drives the feeds against the target and collects :class:`RequestRecord` s.
+
+    Args:
+        settings: the run.
+        feeds: from :func:`prepare_feeds` (same camera order as ``settings.cameras``).
+        client_factory: returns the ``httpx.AsyncClient`` (tests may inject transports).
+    """
+
+    def __init__(
+        self, settings: RunSettings, feeds: list[Feed],
+        client_factory: Callable[[RunSettings], httpx.AsyncClient] = make_client,
+    ):
+        if len(feeds) != len(settings.cameras):
+            raise ValueError("one feed per camera")
+        self.settings = settings
+        self.feeds = feeds
+        self.client_factory = client_factory
+        self.records: list[RequestRecord] = []
+        self.inflight = 0
+        self.phase = "idle"  # idle → sending → draining → done
+        self._t0: float | None = None
+        self._main: asyncio.Task | None = None
+        self._stopped = False
+
+    def clock(self) -> float:
+        """Seconds since the run started (0 before it starts)."""
+        return 0.0 if self._t0 is None else time.perf_counter() - self._t0
+
+    def stop(self) -> None:
+        """Ends the run early (sending stops; running requests become ``unfinished``)."""
+        self._stopped = True
+        if self._main is not None and not self._main.done():
+            self._main.cancel()
+
+    async def run(self) -> list[RequestRecord]:
+        """Runs to completion; returns the records in send order."""
+        s = self.settings
+        url = s.route
+        async with self.client_factory(s) as client:
+            self._t0 = time.perf_counter()
+            tasks: set[asyncio.Task] = set()
+            self.phase = "sending"
+            if s.schedule == "closed":
+                n = s.concurrency or len(self.feeds)
+                self._main = asyncio.ensure_future(
+                    asyncio.gather(*(self._worker(client, url, w, tasks) for w in range(n)))
+                )
+            else:
+                arrivals = plan(s.schedule, s.intervals_s(), s.duration_s, stagger=s.stagger,
+                                max_requests=s.max_requests, seed=s.seed)
+                self._main = asyncio.ensure_future(self._dispatch_all(client, url, arrivals, tasks))
+            deadline_s = s.duration_s + s.effective_drain_s
+            await asyncio.wait({self._main}, timeout=max(0.0, deadline_s - self.clock()))
+            if not self._main.done():  # closed loop stuck on a slow answer
+                self._main.cancel()
+            self.phase = "draining"
+            while tasks and not self._stopped and self.clock() < deadline_s:
+                await asyncio.wait(set(tasks), timeout=min(0.25, max(0.0, deadline_s - self.clock())))
+            for t in list(tasks):
+                t.cancel()
+            if tasks:
+                await asyncio.wait(set(tasks))
+            if not self._main.cancelled() and self._main.exception() is not None:
+                raise self._main.exception()
+            self.phase = "done"
+        return self.records
+
+    def _new_record(self, cam: int, k: int, scheduled_s: float, window_end_s: float, deadline_s: float) -> RequestRecord:
+        rec = RequestRecord(
+            seq=len(self.records), camera_id=self.feeds[cam].spec.id, window_index=self.feeds[cam].window(k).index,
+            warmup=scheduled_s < self.settings.warmup_s, scheduled_s=scheduled_s, sent_s=self.clock(),
+            window_end_s=window_end_s, deadline_s=deadline_s,
+        )
+        self.records.append(rec)
+        return rec
+
+    async def _send(self, client: httpx.AsyncClient, url: str, cam: int, k: int, rec: RequestRecord) -> None:
+        feed = self.feeds[cam]
+        self.inflight += 1
+        try:
+            req = build_request(feed.spec, feed.window(k), feed.question(k), self.settings)
+            await send(client, url, req, rec, self.clock, self.settings.stream)
+        except asyncio.CancelledError:
+            rec.error_kind = "unfinished"
+            rec.stopped_s = self.clock()
+            rec.error_message = "still running when the run stopped"
+        finally:
+            self.inflight -= 1
+
+    async def _dispatch_all(self, client, url, arrivals, tasks: set) -> None:
+        for a in arrivals:
+            delay = a.at_s - self.clock()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            rec = self._new_record(a.camera, a.k, a.at_s, a.at_s, a.deadline_s)
+            task = asyncio.create_task(self._send(client, url, a.camera, a.k, rec))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+
+    async def _worker(self, client, url, w: int, tasks: set) -> None:
+        cam = w % len(self.feeds)
+        k = w // len(self.feeds)
+        step = max(1, -(-(self.settings.concurrency or len(self.feeds)) // len(self.feeds)))
+        while self.clock() < self.settings.duration_s and len(self.records) < self.settings.max_requests:
+            now = self.clock()
+            rec = self._new_record(cam, k, now, now, self.feeds[cam].spec.window_s)
+            task = asyncio.create_task(self._send(client, url, cam, k, rec))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+            await asyncio.shield(task)
+            k += step
