@@ -1,8 +1,8 @@
 """The HTTP API's request and response shapes (Ray-free; used by the ingress).
 
 ``POST /v1/video/query`` takes either ``multipart/form-data`` with a
-``video`` file part, or ``application/json`` with ``video_path``; both with
-``question`` and the optional fields of :class:`QueryRequest`.
+``video`` file part, or ``application/json`` with ``video_path`` or
+``video_url`` (http(s) or rtsp); both with ``question`` and the optional fields of :class:`QueryRequest`.
 """
 
 from __future__ import annotations
@@ -32,6 +32,13 @@ class QueryRequest(BaseModel):
 
     question: str = Field(..., min_length=1, description="The question about the clip.")
     video_path: str | None = Field(None, description="JSON only: a file under an allowed root.")
+    video_url: str | None = Field(
+        None,
+        min_length=1,
+        max_length=4096,
+        description="JSON only: an http(s):// URL of the clip, or an rtsp:// camera (a live capture of "
+        "end_s, default sources.rtsp_capture_s, seconds).",
+    )
     fps: float | None = Field(None, gt=0, le=30, description="Sampling rate in frames/s (default 4).")
     max_frames: int | None = Field(None, ge=2, description="Cap on sampled frames (default 128).")
     start_s: float | None = Field(None, ge=0, description="Window start in clip seconds.")
@@ -109,9 +116,13 @@ async def parse_query(request: Request, config: AppConfig) -> tuple[QueryRequest
         if not isinstance(fields, dict):
             raise InvalidRequestError("JSON body must be an object")
         q = validate_query(fields, config)
+        if q.video_path and q.video_url:
+            raise InvalidRequestError("give either video_path or video_url, not both", param="video_url")
+        if q.video_url:
+            return q, ClipSource(url=q.video_url, name=q.video_url)
         if not q.video_path:
             raise InvalidRequestError(
-                "a JSON request needs video_path (or upload the clip as multipart field 'video')",
+                "a JSON request needs video_path or video_url (or upload the clip as multipart field 'video')",
                 param="video_path",
             )
         return q, ClipSource(path=q.video_path, name=q.video_path)
@@ -134,6 +145,8 @@ async def parse_query(request: Request, config: AppConfig) -> tuple[QueryRequest
                 raise InvalidRequestError("missing the clip: multipart file field 'video'", param="video")
             if q.video_path:
                 raise InvalidRequestError("give either the 'video' file or video_path, not both", param="video_path")
+            if q.video_url:
+                raise InvalidRequestError("give either the 'video' file or video_url, not both", param="video_url")
             if upload.size is not None and upload.size > max_bytes:
                 raise PayloadTooLargeError(
                     f"uploaded video is {upload.size} bytes; the limit is {max_bytes} bytes", param="video"

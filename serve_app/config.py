@@ -91,6 +91,29 @@ class SourcesConfig(_Model):
         default_factory=list,
         description="Directories a JSON `video_path` may point into (resolved, symlinks followed). Empty: none.",
     )
+    url_schemes: list[Literal["http", "https", "rtsp"]] = Field(
+        default_factory=lambda: ["http", "https", "rtsp"],
+        description="URL schemes a `video_url` may use. Empty: URL sources are refused (403).",
+    )
+    allow_private_networks: bool = Field(
+        False,
+        description="Let URLs reach private, loopback, link-local and other non-public addresses "
+        "(off: such hosts are refused with 403, after DNS resolution, so a public name cannot point inside).",
+    )
+    url_connect_timeout_s: float = Field(5.0, gt=0, description="http(s): seconds to connect (per address).")
+    url_read_timeout_s: float = Field(10.0, gt=0, description="http(s): seconds a read may wait for data.")
+    url_total_timeout_s: float = Field(60.0, gt=0, description="http(s): seconds for the whole download.")
+    url_max_redirects: int = Field(3, ge=0, description="http(s): redirects followed (each hop re-checked).")
+    rtsp_open_timeout_s: float = Field(
+        5.0, gt=0, description="rtsp: seconds to connect and get the stream description (RTSP DESCRIBE/SETUP/PLAY)."
+    )
+    rtsp_read_timeout_s: float = Field(
+        5.0, gt=0, description="rtsp: seconds a read may wait for packets (a stalled camera fails after this)."
+    )
+    rtsp_capture_s: float = Field(
+        10.0, gt=0, description="rtsp: seconds of live video captured when the request sets no `end_s`."
+    )
+    rtsp_max_capture_s: float = Field(60.0, gt=0, description="rtsp: longest capture a request may ask for (`end_s`).")
 
 
 class SamplingDefaults(_Model):

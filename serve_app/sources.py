@@ -1,41 +1,63 @@
 """Where a clip comes from, and the rules each kind of source must pass.
 
 A :class:`ClipSource` is a value that crosses deployment handles: uploaded
-bytes, or a local path that must resolve (``..`` and symlinks followed)
-inside one of the configured allowed roots.
+bytes, a local path that must resolve (``..`` and symlinks followed) inside
+one of the configured allowed roots, or a URL (``http``, ``https``,
+``rtsp``) whose host must resolve to public addresses unless the config
+allows private networks. The checks run where the source is read (the
+decoder replica); :mod:`serve_app.fetch` and :mod:`serve_app.capture`
+connect to the very address checked here, so a DNS answer that changes
+between check and use (DNS rebinding) cannot redirect them inside.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import os
+import socket
 from pathlib import Path
+from urllib.parse import urlsplit
 
-from serve_app.errors import ForbiddenSourceError, InvalidRequestError, NotFoundError, PayloadTooLargeError
+from serve_app.config import SourcesConfig
+from serve_app.errors import (
+    ForbiddenSourceError,
+    InvalidRequestError,
+    NotFoundError,
+    PayloadTooLargeError,
+    UnprocessableClipError,
+)
+
+#: Default ports of the URL schemes (RFC 9110, RFC 7826).
+DEFAULT_PORTS = {"http": 80, "https": 443, "rtsp": 554}
 
 
 @dataclasses.dataclass(frozen=True)
 class ClipSource:
-    """One clip source.
+    """One clip source: exactly one of ``data``, ``path`` or ``url``.
 
     Attributes:
         data: the clip's bytes (uploads, ``data:`` URLs).
         path: a local file path, checked against the allowed roots where it is read.
-        name: a label for logs and errors (file name or path).
+        url: an ``http(s)://`` or ``rtsp://`` URL, checked and fetched by the decoder.
+        name: a label for logs and errors (file name, path or URL).
     """
 
     data: bytes | None = None
     path: str | None = None
+    url: str | None = None
     name: str = "video"
 
     def __post_init__(self) -> None:
-        if (self.data is None) == (self.path is None):
-            raise ValueError("a ClipSource holds exactly one of data or path")
+        if sum(x is not None for x in (self.data, self.path, self.url)) != 1:
+            raise ValueError("a ClipSource holds exactly one of data, path or url")
 
     @property
     def param(self) -> str:
         """The request field this source came from (for error messages)."""
-        return "video" if self.data is not None else "video_path"
+        if self.data is not None:
+            return "video"
+        return "video_path" if self.path is not None else "video_url"
 
 
 def resolve_local_path(path: str, allowed_roots: list[str], max_bytes: int) -> Path:
@@ -80,3 +102,111 @@ def resolve_local_path(path: str, allowed_roots: list[str], max_bytes: int) -> P
             f"video file is {size} bytes; the limit is {max_bytes} bytes", param="video_path"
         )
     return candidate
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckedURL:
+    """A URL that passed the scheme and address rules.
+
+    Attributes:
+        url: the URL as given.
+        scheme: ``http``, ``https`` or ``rtsp``.
+        host: the host name (or literal address) of the URL.
+        port: the TCP port (the scheme's default if the URL names none).
+        addresses: the host's addresses, each allowed by the policy; connect to these only.
+    """
+
+    url: str
+    scheme: str
+    host: str
+    port: int
+    addresses: tuple[str, ...]
+
+    def with_address(self, address: str) -> str:
+        """The URL with its host replaced by ``address`` (IPv6 in brackets), user info and path kept."""
+        parts = urlsplit(self.url)
+        literal = f"[{address}]" if ":" in address else address
+        userinfo = parts.netloc.rpartition("@")[0]
+        netloc = (userinfo + "@" if userinfo else "") + f"{literal}:{self.port}"
+        return parts._replace(netloc=netloc).geturl()
+
+    @property
+    def host_header(self) -> str:
+        """The ``Host`` header value of the original URL."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return host if self.port == DEFAULT_PORTS.get(self.scheme) else f"{host}:{self.port}"
+
+
+def address_kind(address: str) -> str | None:
+    """Why ``address`` is not a public unicast address (e.g. ``"loopback"``), or None if it is.
+
+    IPv4-mapped, 6to4 and Teredo IPv6 addresses are judged by the IPv4 address they carry.
+    """
+    ip = ipaddress.ip_address(address.split("%")[0])
+    if isinstance(ip, ipaddress.IPv6Address):
+        inner = ip.ipv4_mapped or ip.sixtofour or (ip.teredo[1] if ip.teredo else None)
+        if inner is not None:
+            return address_kind(str(inner))
+    for kind in ("loopback", "link_local", "private", "multicast", "unspecified", "reserved"):
+        if getattr(ip, f"is_{kind}"):
+            return kind.replace("_", "-")
+    if not ip.is_global:
+        return "non-public"
+    return None
+
+
+def check_url(url: str, sources: SourcesConfig, *, resolve=socket.getaddrinfo) -> CheckedURL:
+    """Checks a ``video_url`` against the scheme and network rules and resolves its host.
+
+    Args:
+        url: the URL.
+        sources: the sources config (allowed schemes, private-network policy).
+        resolve: ``socket.getaddrinfo``-compatible resolver (tests inject one).
+
+    Returns:
+        The checked URL with the addresses it may connect to.
+
+    Raises:
+        InvalidRequestError (400): not a URL with a host, or a port out of range.
+        ForbiddenSourceError (403): scheme not enabled, or the host resolves to a private,
+            loopback, link-local or otherwise non-public address (any of its addresses)
+            while ``sources.allow_private_networks`` is off.
+        UnprocessableClipError (422): the host name does not resolve.
+    """
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as e:
+        raise InvalidRequestError(f"video_url is not a valid URL ({e})", param="video_url") from None
+    scheme = parts.scheme.lower()
+    if scheme not in DEFAULT_PORTS:
+        raise InvalidRequestError(
+            f"video_url scheme {scheme or '(none)'!r} is not supported: use http, https or rtsp", param="video_url"
+        )
+    if scheme not in sources.url_schemes:
+        enabled = ", ".join(sources.url_schemes) or "none"
+        raise ForbiddenSourceError(
+            f"{scheme} URLs are disabled on this server (sources.url_schemes: {enabled})", param="video_url"
+        )
+    host = parts.hostname
+    if not host:
+        raise InvalidRequestError("video_url has no host", param="video_url")
+    port = port or DEFAULT_PORTS[scheme]
+    try:
+        infos = resolve(host, port, 0, socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError, OSError) as e:
+        raise UnprocessableClipError(f"cannot resolve the video_url host {host!r} ({e})", param="video_url") from None
+    addresses = tuple(dict.fromkeys(info[4][0] for info in infos))
+    if not addresses:
+        raise UnprocessableClipError(f"the video_url host {host!r} has no address", param="video_url")
+    if not sources.allow_private_networks:
+        for address in addresses:
+            kind = address_kind(address)
+            if kind is not None:
+                shown = host if host == address else f"{host!r} resolves to {address}, which"
+                raise ForbiddenSourceError(
+                    f"video_url host {shown} is a {kind} address; this server only fetches clips from public "
+                    "addresses (sources.allow_private_networks is off)",
+                    param="video_url",
+                )
+    return CheckedURL(url=url, scheme=scheme, host=host, port=port, addresses=addresses)

@@ -1,9 +1,14 @@
-"""The CPU decode/sampling deployment: a thin wrapper around :func:`decode_clip`.
+"""The CPU decode/sampling deployment: a thin wrapper around the clip sources and :func:`decode_clip`.
 
+A :class:`ClipSource` is read here, where its rules apply: uploaded bytes
+are decoded as they are, a path must lie under an allowed root, an
+``http(s)`` URL is downloaded (:func:`serve_app.fetch.fetch_url`) and an
+``rtsp`` URL is captured live (:func:`serve_app.capture.capture_rtsp`).
 Decoding is blocking C code, so it runs in a thread pool sized to the
 replica's ``max_ongoing_requests``; the event loop stays free for health
-checks and new requests. Results cross the handle as values: a
-:class:`DecodedClip` or an :class:`ErrorInfo`.
+checks and new requests. Every source has a time limit (decode, download,
+camera open/read), so a slow or stalled source frees its thread. Results
+cross the handle as values: a :class:`DecodedClip` or an :class:`ErrorInfo`.
 """
 
 from __future__ import annotations
@@ -15,8 +20,10 @@ from concurrent.futures import ThreadPoolExecutor
 from ray import serve
 
 from serve_app.config import AppConfig
+from serve_app.capture import capture_rtsp
 from serve_app.decoder import DecodedClip, SampleRequest, decode_clip
 from serve_app.errors import ErrorInfo, ServeAppError, internal_error
+from serve_app.fetch import fetch_url
 from serve_app.metrics import DecoderMetrics
 from serve_app.sources import ClipSource, resolve_local_path
 
@@ -39,10 +46,20 @@ class VideoDecoder:
 
     def _decode(self, source: ClipSource, request: SampleRequest) -> DecodedClip:
         cfg = self.config
-        if source.path is not None:
-            path = resolve_local_path(source.path, cfg.sources.allowed_roots, cfg.limits.max_upload_bytes)
-            return decode_clip(path, request, cfg.decode, cfg.limits)
-        return decode_clip(source.data, request, cfg.decode, cfg.limits)
+        try:
+            if source.path is not None:
+                path = resolve_local_path(source.path, cfg.sources.allowed_roots, cfg.limits.max_upload_bytes)
+                return decode_clip(path, request, cfg.decode, cfg.limits)
+            if source.url is not None:
+                if source.url.lower().startswith("rtsp:"):
+                    return capture_rtsp(source.url, request, cfg.decode, cfg.limits, cfg.sources)
+                data = fetch_url(source.url, cfg.sources, cfg.limits.max_upload_bytes)
+                return decode_clip(data, request, cfg.decode, cfg.limits)
+            return decode_clip(source.data, request, cfg.decode, cfg.limits)
+        except ServeAppError as e:
+            if e.param == "video":  # name the field the client used for this clip
+                e.param = source.param
+            raise
 
     async def decode(self, source: ClipSource, request: SampleRequest, request_id: str = "") -> DecodedClip | ErrorInfo:
         """Decodes one clip; returns the clip, or the client-visible error as a value."""
