@@ -185,9 +185,12 @@ def _serve_args(args, overrides: dict) -> dict:
         system_prompt=SYSTEM_PROMPT,
         allow_ignore_eos=True,
     )
+    model.update(overrides.get("model", {}))
     model["engine_args"] = {**model["engine_args"], **BASE_ENGINE_ARGS, **overrides.get("engine_args", {})}
     model["processor_kwargs"] = {**model.get("processor_kwargs", {}), **overrides.get("processor_kwargs", {})}
     cfg["sources"]["allowed_roots"] = [str(Path(args.clip).resolve().parent)]
+    for key in ("ingress", "decoder", "model_replica"):
+        cfg[key].update(overrides.get(key, {}))
     return cfg
 
 
@@ -269,6 +272,8 @@ async def _serve_side(args, wins: list[Window], name: str, overrides: dict) -> d
             "engine": "project Serve graph (HTTP → decode tier → VideoModel/vLLM AsyncLLM)",
             "engine_args": cfg["model"]["engine_args"],
             "processor_kwargs": cfg["model"]["processor_kwargs"],
+            "preprocess_threads": cfg["model"]["preprocess_threads"],
+            "overrides": overrides,
             "deployments": {k: cfg[k] for k in ("ingress", "decoder", "model_replica")},
             "app_ready_s": round(ready_s, 2),
             "replica_start_s": round(replica_start_s, 2),
@@ -312,7 +317,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--plain-engine-args", default="{}", help="JSON overrides for the plain sides")
     p.add_argument("--variant", action="append", default=[],
-                   help='Serve variant NAME=JSON, JSON = {"engine_args": {...}, "processor_kwargs": {...}}; '
+                   help='Serve variant NAME=JSON, JSON = {"model": {...}, "engine_args": {...}, '
+                        '"processor_kwargs": {...}, "model_replica": {...}, "decoder": {...}}; '
                         'default: one side named "serve" with the config as is')
     p.add_argument("--no-plain", action="store_true", help="skip the plain vLLM sides")
     p.add_argument("--only", nargs="*", help="plain variants to run (default: both)")
