@@ -75,8 +75,6 @@ VIDEO_FORMATS = frozenset(
 #: Containers with no trustworthy presentation timestamps: frame i shows at i / rate.
 INDEX_TIMED_FORMATS = frozenset({"avi", "h264", "hevc", "m4v", "mjpeg"})
 
-#: Seconds of packets kept before a window's start (reference frames the first pick needs).
-_PREROLL_S = 1.0
 #: Seconds demuxed past a window's end (B-frames show after later-decoded frames).
 _POSTROLL_S = 2.0
 #: A header duration this much (s) longer than the frames found means a truncated file.
@@ -305,6 +303,7 @@ def _demux(container, stream, request: SampleRequest, index_timed: bool, limits:
     rate = float(stream.average_rate or stream.guessed_rate or 0) or 25.0
     parser = None if index_timed else ReferenceParser.for_stream(stream.codec_context.name, stream.codec_context.extradata)
     start_s = request.start_s or 0.0
+    earliest_pick_s = 0.5 / request.fps  # the first target may take a frame this much before the window
     stop_s = (request.end_s + _POSTROLL_S) if request.end_s is not None else None
     max_s = limits.max_clip_duration_s * 1.01 + 1.0
     idx = _PacketIndex([], [], [], 0, 0, None, True, None)
@@ -332,7 +331,7 @@ def _demux(container, stream, request: SampleRequest, index_timed: bool, limits:
                 raise PayloadTooLargeError(
                     f"clip lasts more than {limits.max_clip_duration_s:.0f} s (the limit)", param="video"
                 )
-            if packet.is_keyframe and t <= start_s - _PREROLL_S:
+            if packet.is_keyframe and t <= start_s - earliest_pick_s:
                 idx.kept.clear()  # decoding can start here: earlier packets are not needed
                 idx.kept_first = n
             idx.kept.append(packet)

@@ -9,11 +9,10 @@ container's display matrix (phones record portrait video as rotated
 landscape) is read from the first frame and applied after resizing.
 
 Conversion runs in two libswscale calls: scale in the source's planar YUV,
-then YUV→RGB24 at the target size. With FFmpeg 8's swscale this is about 3×
-cheaper than one scale-and-convert call to packed RGB24 (0.38 vs 1.10 ms per
-768×432 → 756×420 frame on this project's CI machine; `results/decode_bench.json`
-notes), because the unscaled YUV→RGB path is SIMD and the scaled packed-RGB
-output path is not.
+then YUV→RGB24 at the target size. With FFmpeg 8's swscale this costs about a
+third of one scale-and-convert call to packed RGB24 (``resize_filters`` in
+``results/decode_bench.json``): the unscaled YUV→RGB path is SIMD, the
+scaled packed-RGB output path is not.
 """
 
 from __future__ import annotations
@@ -60,7 +59,7 @@ class FrameStore:
         source_size: ``(width, height)`` of the displayed source frame in pixels.
     """
 
-    def __init__(self, capacity: int, budget: PixelBudget, interpolation: str = "BILINEAR"):
+    def __init__(self, capacity: int, budget: PixelBudget, interpolation: str = "AREA"):
         self.capacity = max(1, capacity)
         self.budget = budget
         self.interpolation = interpolation

@@ -80,7 +80,10 @@ def _reference_frames(path, timestamps_s, capacity):
     return store.finish()[0]
 
 
-@pytest.mark.parametrize("name,total", [("vtest_h264_bframes.mp4", 300), ("person_hevc.mp4", 200), ("dashcam_4k_1s.mp4", 27)])
+@pytest.mark.parametrize(
+    "name,total",
+    [("vtest_h264_bframes.mp4", 300), ("person_hevc.mp4", 200), ("dashcam_4k_1s.mp4", 27), ("dashcam_vp9.webm", 221)],
+)
 def test_skipping_unkept_pictures_changes_no_kept_pixel(data_dir, name, total):
     path = data_dir / name
     clip = sample(path)
