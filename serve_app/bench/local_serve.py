@@ -101,28 +101,32 @@ def stop() -> None:
     ray.shutdown()
 
 
-def serve_processes() -> list:
-    """psutil processes of Serve's controller, proxy and replicas on this machine."""
+def serve_processes(root_pid: int | None = None) -> list:
+    """psutil processes of Serve's controller, proxy and replicas of *this* Ray instance.
+
+    Only descendants of ``root_pid`` (default: this process, whose ``ray.init`` started the
+    raylet that forks every worker) count, so other Ray clusters on the machine do not.
+    """
     import ray  # noqa: F401 - puts Ray's bundled psutil on sys.path
     import psutil
 
     procs = []
-    for p in psutil.process_iter(["cmdline"]):
+    for p in psutil.Process(root_pid or os.getpid()).children(recursive=True):
         try:
-            title = " ".join(p.info["cmdline"] or [])
-        except (psutil.Error, TypeError):
+            title = " ".join(p.cmdline())
+        except psutil.Error:
             continue
         if title.startswith("ray::") and any(t in title for t in SERVE_PROCESS_TITLES):
             procs.append(p)
     return procs
 
 
-def serve_rss_bytes() -> tuple[int, int]:
+def serve_rss_bytes(root_pid: int | None = None) -> tuple[int, int]:
     """``(summed RSS in bytes, process count)`` of the Serve processes (see :func:`serve_processes`)."""
     import psutil
 
     total, n = 0, 0
-    for p in serve_processes():
+    for p in serve_processes(root_pid):
         try:
             total += p.memory_info().rss
             n += 1

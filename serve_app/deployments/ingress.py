@@ -90,8 +90,9 @@ def client_error(exc: BaseException, request_id: str, retry_after_s: int) -> Ser
     (``RayActorError``, e.g. a killed decode replica) are transient: 503 with
     ``Retry-After: retry_after_s``. Timeouts are 504; anything else is a bug (500).
     """
-    if isinstance(exc, RayTaskError) and isinstance(exc.cause, Exception):
-        exc = exc.cause
+    chain = _causes(exc)
+    exc = next((e for e in chain if isinstance(e, (ServeAppError, BackPressureError, DeploymentUnavailableError,
+                                                     RayActorError))), exc)
     if isinstance(exc, ServeAppError):
         return exc
     if isinstance(exc, (BackPressureError, DeploymentUnavailableError)):
@@ -110,6 +111,20 @@ def client_error(exc: BaseException, request_id: str, retry_after_s: int) -> Ser
         return UpstreamTimeoutError("request exceeded the server's request timeout")
     logger.error("request %s failed", request_id, exc_info=exc)
     return internal_error(request_id)
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    """``exc`` and what it wraps: ``RayTaskError.cause`` and ``__cause__`` links.
+
+    Serve wraps a replica that died under a dependency (e.g. a killed decode replica
+    whose output the model awaited) as ``RayServeException`` caused by
+    ``RayTaskError(ActorDiedError)``; the useful error is at the end of that chain.
+    """
+    out: list[BaseException] = []
+    while exc is not None and exc not in out and len(out) < 8:
+        out.append(exc)
+        exc = exc.cause if isinstance(exc, RayTaskError) and isinstance(exc.cause, BaseException) else exc.__cause__
+    return out
 
 
 def _sse(obj) -> bytes:
