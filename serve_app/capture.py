@@ -26,7 +26,8 @@ import time
 import av
 
 from serve_app.config import DecodeConfig, LimitsConfig, SourcesConfig
-from serve_app.decoder import DecodedClip, SampleRequest, check_frame_limits, configure_decoder, video_stream
+from serve_app.container import check_frame_limits, configure_decoder, video_stream
+from serve_app.decoder import DecodedClip, SampleRequest
 from serve_app.errors import PayloadTooLargeError, UnprocessableClipError, UnsupportedMediaError, UpstreamTimeoutError
 from serve_app.frames import FrameStore
 from serve_app.sampling import FrameSelector, plan_grid
@@ -52,7 +53,6 @@ def _open(url: str, host: str, sources: SourcesConfig) -> av.container.InputCont
             mode="r",
             options=options,
             timeout=(sources.rtsp_open_timeout_s, sources.rtsp_read_timeout_s),
-            metadata_errors="ignore",
         )
     except ConnectionRefusedError as e:
         raise UnprocessableClipError(f"the camera at {host} refused the connection", param=PARAM) from e
@@ -110,7 +110,9 @@ def capture_rtsp(
             "(sources.rtsp_max_capture_s)",
             param="end_s",
         )
-    grid = plan_grid(capture_s, fps=request.fps, max_frames=request.max_frames, start_s=request.start_s, end_s=capture_s)
+    grid = plan_grid(
+        capture_s, fps=request.fps, max_frames=request.max_frames, start_s=request.start_s, end_s=capture_s
+    )
     wall_deadline = time.monotonic() + sources.rtsp_open_timeout_s + capture_s + 2 * sources.rtsp_read_timeout_s
     container = _open(checked.with_address(checked.addresses[0]), checked.host, sources)
     store = FrameStore(grid.count, decode.budget, decode.interpolation)

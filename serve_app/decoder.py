@@ -3,9 +3,9 @@
 :func:`decode_clip` turns clip bytes (or a file path) into a
 :class:`DecodedClip`: one ``(T, H, W, 3) uint8`` RGB array plus metadata.
 
-1. **Open** with an allowlist of container formats (FFmpeg would happily
-   "decode" a text file as ``tty``); a file that looks like a known container
-   (magic bytes) but will not open is 422 (truncated/damaged), anything else 415.
+1. **Open** (:mod:`serve_app.container`): video container formats only; a
+   known container that will not open is 422 (truncated/damaged), anything
+   else 415; frame size and aspect limits are checked before decoding.
 2. **Demux pass** (packets only, no decoding): the frame times, which
    pictures are references (:mod:`serve_app.bitstream`), the clip's end,
    and the packets of the requested window, kept in memory.
@@ -29,7 +29,6 @@ are :class:`serve_app.errors.ServeAppError` subclasses with their HTTP status.
 from __future__ import annotations
 
 import dataclasses
-import io
 import logging
 import time
 from pathlib import Path
@@ -39,38 +38,12 @@ import numpy as np
 
 from serve_app.bitstream import ReferenceParser
 from serve_app.config import DecodeConfig, LimitsConfig
-from serve_app.errors import (
-    NotFoundError,
-    PayloadTooLargeError,
-    UnprocessableClipError,
-    UnsupportedMediaError,
-    UpstreamTimeoutError,
-)
+from serve_app.container import check_frame_limits, configure_decoder, open_container, video_stream
+from serve_app.errors import PayloadTooLargeError, UnprocessableClipError, UpstreamTimeoutError
 from serve_app.frames import FrameStore
-from serve_app.sampling import FrameSelector, SamplingGrid, plan_grid, plan_picks, smart_resize
+from serve_app.sampling import FrameSelector, SamplingGrid, plan_grid, plan_picks
 
 logger = logging.getLogger(__name__)
-
-#: Container formats cameras and phones write (FFmpeg demuxer names). Others
-#: (e.g. ``tty``, which "decodes" any text file as ANSI art) are refused.
-VIDEO_FORMATS = frozenset(
-    {
-        "mov,mp4,m4a,3gp,3g2,mj2",
-        "matroska,webm",
-        "avi",
-        "mpegts",
-        "mpeg",
-        "flv",
-        "asf",
-        "h264",
-        "hevc",
-        "m4v",
-        "mjpeg",
-        "rtsp",
-        "ivf",
-        "nut",
-    }
-)
 
 #: Containers with no trustworthy presentation timestamps: frame i shows at i / rate.
 INDEX_TIMED_FORMATS = frozenset({"avi", "h264", "hevc", "m4v", "mjpeg"})
@@ -137,150 +110,6 @@ class DecodedClip:
         return int(self.frames.shape[0])
 
 
-# --------------------------------------------------------------------------- open
-
-
-def _sniff_container(head: bytes) -> str | None:
-    """The video container ``head`` (the first bytes of a file) looks like, by magic bytes."""
-    if len(head) >= 8 and head[4:8] in (b"ftyp", b"moov", b"mdat", b"free", b"skip", b"wide", b"pnot"):
-        return "MP4/MOV"
-    if head.startswith(b"\x1a\x45\xdf\xa3"):
-        return "Matroska/WebM"
-    if head.startswith(b"RIFF") and head[8:12] == b"AVI ":
-        return "AVI"
-    if head.startswith(b"FLV\x01"):
-        return "FLV"
-    if head.startswith(b"\x30\x26\xb2\x75\x8e\x66\xcf\x11"):
-        return "ASF/WMV"
-    if head.startswith(b"\x00\x00\x01\xba"):
-        return "MPEG-PS"
-    if len(head) > 188 and head[0] == 0x47 and head[188] == 0x47:
-        return "MPEG-TS"
-    return None
-
-
-def _head(source: bytes | str | Path, n: int = 512) -> bytes:
-    if isinstance(source, (bytes, bytearray, memoryview)):
-        return bytes(source[:n])
-    try:
-        with open(source, "rb") as f:
-            return f.read(n)
-    except OSError:
-        return b""
-
-
-def _is_empty_file(path: Path) -> bool:
-    try:
-        return path.stat().st_size == 0
-    except OSError:
-        return False
-
-
-def open_container(
-    source: bytes | str | Path,
-    *,
-    param: str = "video",
-    options: dict[str, str] | None = None,
-    timeout: tuple[float, float] | None = None,
-) -> av.container.InputContainer:
-    """Opens a clip with FFmpeg, accepting only video container formats.
-
-    Args:
-        source: clip bytes, a local path, or a URL FFmpeg reads itself (``rtsp://``).
-        param: request field named in errors.
-        options: FFmpeg demuxer/protocol options.
-        timeout: PyAV's ``(open, read)`` timeouts in seconds (network sources).
-
-    Raises:
-        NotFoundError (404): no such local file.
-        UnprocessableClipError (422): a known container (by its magic bytes) that will not open:
-            truncated or damaged.
-        UnsupportedMediaError (415): not a video container this server reads.
-    """
-    src = io.BytesIO(source) if isinstance(source, (bytes, bytearray, memoryview)) else str(source)
-    if isinstance(src, io.BytesIO) and len(source) == 0 or isinstance(source, Path) and _is_empty_file(source):
-        raise UnprocessableClipError("the video is empty (0 bytes)", param=param)
-    try:
-        container = av.open(src, mode="r", metadata_errors="ignore", options=options, timeout=timeout)
-    except av.error.FileNotFoundError as e:
-        raise NotFoundError(f"video file not found: {source}", param=param) from e
-    except (av.error.FFmpegError, ValueError, OSError) as e:
-        reason = getattr(e, "strerror", None) or str(e)
-        kind = _sniff_container(_head(source)) if not isinstance(src, str) or Path(src).exists() else None
-        if kind is not None:
-            hint = (
-                " (an MP4 whose index, the 'moov' box, sits at the end of the file cannot be read "
-                "from a partial upload)"
-                if kind == "MP4/MOV"
-                else ""
-            )
-            raise UnprocessableClipError(
-                f"the file is a {kind} container but cannot be opened: it is truncated or damaged{hint}; "
-                f"FFmpeg says: {reason}",
-                param=param,
-            ) from e
-        raise UnsupportedMediaError(f"not a readable video container ({reason})", param=param) from e
-    if container.format.name not in VIDEO_FORMATS:
-        name = container.format.name
-        container.close()
-        raise UnsupportedMediaError(
-            f"container format '{name}' is not a supported video format "
-            f"(supported: MP4/MOV, Matroska/WebM, AVI, MPEG-TS/PS, FLV, ASF, raw H.264/HEVC, MJPEG)",
-            param=param,
-        )
-    return container
-
-
-def video_stream(container: av.container.InputContainer, *, param: str = "video") -> av.video.stream.VideoStream:
-    """The clip's first real video stream (cover art is not video).
-
-    Raises:
-        UnsupportedMediaError (415): no video stream, or no decoder for its codec.
-    """
-    streams = [s for s in container.streams.video if not (s.disposition & av.stream.Disposition.attached_pic)]
-    if not streams:
-        kinds = sorted({s.type for s in container.streams}) or ["none"]
-        raise UnsupportedMediaError(f"the file has no video stream (streams: {', '.join(kinds)})", param=param)
-    stream = streams[0]
-    if stream.codec_context is None:
-        raise UnsupportedMediaError(
-            "the video codec is not supported: FFmpeg has no decoder for it "
-            "(supported include H.264, HEVC, VP8, VP9, AV1, MPEG-4, MJPEG)",
-            param=param,
-        )
-    return stream
-
-
-def check_frame_limits(width: int, height: int, decode: DecodeConfig, limits: LimitsConfig, param: str) -> None:
-    """Rejects source frames over the size limits or of an unusable shape, before decoding.
-
-    Raises:
-        PayloadTooLargeError (413): wider or taller than ``limits.max_source_width/height``.
-        UnprocessableClipError (422): empty, or an aspect ratio over the budget's limit.
-    """
-    if width <= 0 or height <= 0:
-        raise UnprocessableClipError(f"the video stream declares an empty frame size ({width}x{height})", param=param)
-    if width > limits.max_source_width or height > limits.max_source_height:
-        raise PayloadTooLargeError(
-            f"source frames are {width}x{height}; the limit is {limits.max_source_width}x{limits.max_source_height}",
-            param=param,
-        )
-    b = decode.budget
-    try:
-        smart_resize(
-            height, width, min_pixels=b.min_frame_pixels, max_pixels=b.max_frame_pixels, max_aspect=b.max_aspect_ratio
-        )
-    except UnprocessableClipError as e:
-        raise UnprocessableClipError(e.message, param=param) from None
-
-
-def configure_decoder(stream: av.video.stream.VideoStream, threads: int) -> None:
-    """Explicit decoder threading: ``threads`` (0 = FFmpeg's choice); one thread uses no frame threads."""
-    cc = stream.codec_context
-    cc.thread_count = threads
-    cc.thread_type = "SLICE" if threads == 1 else "AUTO"
-
-
 # --------------------------------------------------------------------------- demux pass
 
 
@@ -298,10 +127,13 @@ class _PacketIndex:
     error: str | None  # demuxer error that ended the pass early
 
 
-def _demux(container, stream, request: SampleRequest, index_timed: bool, limits: LimitsConfig, deadline: float) -> _PacketIndex:
+def _demux(
+    container, stream, request: SampleRequest, index_timed: bool, limits: LimitsConfig, deadline: float
+) -> _PacketIndex:
     tb = float(stream.time_base) if stream.time_base else 0.0
     rate = float(stream.average_rate or stream.guessed_rate or 0) or 25.0
-    parser = None if index_timed else ReferenceParser.for_stream(stream.codec_context.name, stream.codec_context.extradata)
+    cc = stream.codec_context
+    parser = None if index_timed else ReferenceParser.for_stream(cc.name, cc.extradata)
     start_s = request.start_s or 0.0
     earliest_pick_s = 0.5 / request.fps  # the first target may take a frame this much before the window
     stop_s = (request.end_s + _POSTROLL_S) if request.end_s is not None else None
@@ -350,8 +182,13 @@ def _decode_error(e: av.error.FFmpegError) -> str:
     return (e.strerror or str(e)).split(":")[0]
 
 
-def _decode_planned(stream, idx: _PacketIndex, wanted: dict[int, float], store: FrameStore, deadline: float, decode: DecodeConfig) -> tuple[int, list[str]]:
-    """Decodes the kept packets, converting the frames whose pts is in ``wanted`` (pts → seconds)."""
+def _decode_planned(
+    stream, idx: _PacketIndex, wanted: dict[int, float], store: FrameStore, deadline: float, decode: DecodeConfig
+) -> tuple[int, list[str]]:
+    """Decodes the kept packets, converting the frames whose pts is in ``wanted`` (pts → seconds).
+
+    Returns the number of pictures decoded and warnings about damaged data.
+    """
     cc = stream.codec_context
     refs = idx.refs
     toggle = decode.threads == 1  # per-packet skip_frame needs a single decoding thread
@@ -414,8 +251,10 @@ def _decode_planned(stream, idx: _PacketIndex, wanted: dict[int, float], store: 
     return n_decoded, warnings
 
 
-def _decode_indexed(stream, idx: _PacketIndex, grid: SamplingGrid, rate: float, store: FrameStore, deadline: float, decode: DecodeConfig) -> tuple[int, list[str]]:
-    """Decodes every kept packet; frame i shows at i / rate (s)."""
+def _decode_indexed(
+    stream, idx: _PacketIndex, grid: SamplingGrid, rate: float, store: FrameStore, deadline: float, decode: DecodeConfig
+) -> tuple[int, list[str]]:
+    """Decodes every kept packet; frame i shows at i / rate (s). Returns pictures decoded and warnings."""
     cc = stream.codec_context
     selector = FrameSelector(grid)
     warnings: list[str] = []

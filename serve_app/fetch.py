@@ -70,7 +70,9 @@ def fetch_url(url: str, sources: SourcesConfig, max_bytes: int, *, resolve=None)
     )
 
 
-def _get(client: httpx.Client, checked: CheckedURL, max_bytes: int, deadline: float, sources: SourcesConfig) -> bytes | str:
+def _get(
+    client: httpx.Client, checked: CheckedURL, max_bytes: int, deadline: float, sources: SourcesConfig
+) -> bytes | str:
     """One GET to the checked addresses: the body, or a redirect's ``Location``."""
     extensions = {"sni_hostname": checked.host} if checked.scheme == "https" else {}
     headers = {"Host": checked.host_header, "Accept": "video/*, application/octet-stream;q=0.9, */*;q=0.5"}
@@ -112,14 +114,18 @@ def _get(client: httpx.Client, checked: CheckedURL, max_bytes: int, deadline: fl
                 param="video_url",
             ) from e
         except httpx.HTTPError as e:
-            raise UnprocessableClipError(f"video_url could not be read ({type(e).__name__}: {e})", param="video_url") from e
+            raise UnprocessableClipError(
+                f"video_url could not be read ({type(e).__name__}: {e})", param="video_url"
+            ) from e
     if isinstance(last_error, httpx.ConnectTimeout):
         raise UpstreamTimeoutError(
             f"could not connect to video_url host {checked.host} within {sources.url_connect_timeout_s:.0f} s "
             "(sources.url_connect_timeout_s)",
             param="video_url",
         )
-    raise UnprocessableClipError(f"could not connect to video_url host {checked.host} ({last_error})", param="video_url")
+    raise UnprocessableClipError(
+        f"could not connect to video_url host {checked.host} ({last_error})", param="video_url"
+    )
 
 
 def _too_slow(sources: SourcesConfig, received: int) -> UpstreamTimeoutError:

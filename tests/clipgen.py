@@ -104,7 +104,8 @@ def write_video(
     tb = time_base or (Fraction(1, 90000) if times_s is not None else 1 / rate)
     if times_s is None:
         times_s = [i / float(rate) for i in range(frames)]
-    out = av.open(target if isinstance(target, NonSeekable) else str(target), "w", format=fmt, options=container_options or {})
+    sink = target if isinstance(target, NonSeekable) else str(target)
+    out = av.open(sink, "w", format=fmt, options=container_options or {})
     stream = out.add_stream(codec, rate=rate)
     stream.width, stream.height, stream.pix_fmt = w, h, pix_fmt
     stream.time_base = tb

@@ -28,7 +28,9 @@ SDP = (
 )
 
 
-def h264_access_units(seconds: float, fps: int = 10, size: tuple[int, int] = (320, 240)) -> list[tuple[int, list[bytes]]]:
+def h264_access_units(
+    seconds: float, fps: int = 10, size: tuple[int, int] = (320, 240)
+) -> list[tuple[int, list[bytes]]]:
     """``[(rtp_timestamp, [nal, ...]), ...]``: an Annex-B H.264 clip split into NAL units per frame."""
     w, h = size
     cc = av.CodecContext.create("libx264", "w")

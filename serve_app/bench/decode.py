@@ -59,6 +59,7 @@ CLIPS = [
     ("intel_car-detection.mp4", False),
     ("udacity_solidWhiteRight.mp4", False),
 ]
+RESIZE_CLIP = "intel_car-detection.mp4"
 FFMPEG = ["ffmpeg", "-nostdin", "-v", "error", "-threads", "1"]
 GRID_TOLERANCE_S = 0.125
 
@@ -125,6 +126,10 @@ def describe_clip(path: Path) -> dict:
         }
 
 
+def _summary(xs: list[float]) -> dict:
+    return {"median": round(statistics.median(xs), 4), "min": round(min(xs), 4), "all": [round(x, 4) for x in xs]}
+
+
 def bench_clip(path: Path, has_b_frames: bool, repeats: int) -> dict:
     """Measures one clip (see the module docstring)."""
     data = path.read_bytes()
@@ -159,8 +164,8 @@ def bench_clip(path: Path, has_b_frames: bool, repeats: int) -> dict:
             "strictly_increasing": bool(np.all(np.diff(ts) > 0)),
             "pictures_decoded": clip.decoded_frames,
         },
-        "decoder_cpu_s": {"median": round(dec_s, 4), "min": round(min(dec_cpu), 4), "all": [round(x, 4) for x in dec_cpu]},
-        "ffmpeg_cpu_s": {"median": round(ff_s, 4), "min": round(min(ff_cpu), 4), "all": [round(x, 4) for x in ff_cpu]},
+        "decoder_cpu_s": _summary(dec_cpu),
+        "ffmpeg_cpu_s": _summary(ff_cpu),
         "pyav_full_decode_cpu_s": round(statistics.median(t for t, _ in full), 4),
         "refs_only_decode_cpu_s": round(refs_s, 4),
         "refs_only_pictures": refs[0][1],
@@ -310,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
             window_workload(find_clip("intel_car-detection.mp4", dirs), 10.0, 20.0, args.repeats),
             window_workload(find_clip("vtest_h264_bframes.mp4", dirs), 10.0, 20.0, args.repeats),
         ],
-        "resize_filters": [resize_filters(find_clip(n, dirs)) for n in ("vtest_h264_bframes.mp4", "intel_car-detection.mp4")],
+        "resize_filters": [resize_filters(find_clip(n, dirs)) for n in ("vtest_h264_bframes.mp4", RESIZE_CLIP)],
         "bad_input": bad_input_reject_ms(ROOT / "tests" / "data", max(3, args.repeats // 2)),
         "goals_met": all(r["goal_met"] for r in results),
     }

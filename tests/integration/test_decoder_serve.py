@@ -153,7 +153,8 @@ def test_decoder_scales_up_under_concurrent_load_and_back_down(app):
 
     def client():
         while not stop.is_set():
-            clip = handle.decode.remote(ClipSource(path="vtest_h264_bframes.mp4"), SampleRequest(4, 8), "scale").result()
+            response = handle.decode.remote(ClipSource(path="vtest_h264_bframes.mp4"), SampleRequest(4, 8), "scale")
+            clip = response.result()
             done.append(clip.num_frames)
 
     threads = [threading.Thread(target=client, daemon=True) for _ in range(6)]

@@ -17,7 +17,8 @@ def resolver(mapping):
     def resolve(host, port, family=0, type=0, *args):
         if host not in mapping:
             raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
-        return [(socket.AF_INET6 if ":" in a else socket.AF_INET, socket.SOCK_STREAM, 6, "", (a, port)) for a in mapping[host]]
+        family = lambda a: socket.AF_INET6 if ":" in a else socket.AF_INET  # noqa: E731
+        return [(family(a), socket.SOCK_STREAM, 6, "", (a, port)) for a in mapping[host]]
 
     return resolve
 

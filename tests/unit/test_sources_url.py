@@ -136,7 +136,8 @@ def test_private_addresses_are_refused_before_connecting(server):
     with pytest.raises(ForbiddenSourceError, match="loopback"):
         fetch_url(base(server) + "/clip.mp4", SourcesConfig(), 10_000_000)
     with pytest.raises(ForbiddenSourceError, match="private"):
-        fetch_url("http://camera.test/clip.mp4", SourcesConfig(), 10_000_000, resolve=resolver({"camera.test": "10.0.0.7"}))
+        res = resolver({"camera.test": "10.0.0.7"})
+        fetch_url("http://camera.test/clip.mp4", SourcesConfig(), 10_000_000, resolve=res)
     assert len(server.hosts) == n  # nothing reached the server
 
 
