@@ -48,6 +48,8 @@ logger = logging.getLogger(__name__)
 #: Containers with no trustworthy presentation timestamps: frame i shows at i / rate.
 INDEX_TIMED_FORMATS = frozenset({"avi", "h264", "hevc", "m4v", "mjpeg"})
 
+#: Raw elementary streams: the container knows no rate (FFmpeg assumes 25 fps); the bitstream's may.
+_RAW_FORMATS = frozenset({"h264", "hevc", "m4v", "mjpeg"})
 #: Seconds demuxed past a window's end (B-frames show after later-decoded frames).
 _POSTROLL_S = 2.0
 #: A header duration this much (s) longer than the frames found means a truncated file.
@@ -131,7 +133,7 @@ def _demux(
     container, stream, request: SampleRequest, index_timed: bool, limits: LimitsConfig, deadline: float
 ) -> _PacketIndex:
     tb = float(stream.time_base) if stream.time_base else 0.0
-    rate = float(stream.average_rate or stream.guessed_rate or 0) or 25.0
+    rate = _frame_rate(container, stream) or 25.0
     cc = stream.codec_context
     parser = None if index_timed else ReferenceParser.for_stream(cc.name, cc.extradata)
     start_s = request.start_s or 0.0
@@ -340,7 +342,7 @@ def decode_clip(
             detail = f" ({idx.error})" if idx.error else ""
             raise UnprocessableClipError(f"the clip contains no video frames{detail}", param="video")
         index_timed = index_timed or len(idx.pts) < idx.count or not stream.time_base
-        rate = float(stream.average_rate or stream.guessed_rate or 0) or None
+        rate = _frame_rate(container, stream)
         tb = float(stream.time_base) if stream.time_base else 0.0
         if index_timed:
             step = 1.0 / (rate or 25.0)
@@ -407,6 +409,17 @@ def decode_clip(
         decode_ms=(time.perf_counter() - t_start) * 1000,
         decoded_frames=n_decoded,
     )
+
+
+def _frame_rate(container, stream) -> float | None:
+    """Nominal frame rate (frames/s): the container's, or for raw streams the bitstream's (H.264 VUI timing)."""
+    candidates = [stream.average_rate, stream.guessed_rate]
+    if container.format.name in _RAW_FORMATS:
+        candidates = [stream.codec_context.framerate, stream.guessed_rate, stream.average_rate]
+    for rate in candidates:
+        if rate and float(rate) > 0:
+            return float(rate)
+    return None
 
 
 def _declared_duration(container, stream) -> float | None:

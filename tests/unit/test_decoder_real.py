@@ -128,3 +128,27 @@ def test_reference_parser_reads_length_prefixed_nal_units():
     assert p.is_reference(sei + b"\x00\x00\x00\x02\x65\xaa") is True  # IDR
     assert p.is_reference(sei) is None  # no slice
     assert p.is_reference(b"\x00\x00\x01\x00\x41") is None  # length past the end: malformed
+
+
+def _remux(src, dst, fmt):
+    """Stream-copies the video of ``src`` into container ``fmt`` (Annex-B for MPEG-TS and raw H.264)."""
+    with av.open(str(src)) as inp, av.open(str(dst), "w", format=fmt) as out:
+        s_in = inp.streams.video[0]
+        s_out = out.add_stream_from_template(s_in)
+        for packet in inp.demux(s_in):
+            if packet.dts is None:
+                continue
+            packet.stream = s_out
+            out.mux(packet)
+
+
+@pytest.mark.parametrize("fmt,ext", [("mpegts", "ts"), ("h264", "h264"), ("matroska", "mkv")])
+def test_other_containers_of_the_same_stream_sample_the_same_grid(data_dir, tmp_path, fmt, ext):
+    # MPEG-TS: timestamps but Annex-B packets (no reference flags: FFmpeg skips per packet);
+    # raw H.264: no timestamps at all (timed by index at the bitstream's 10 fps, not FFmpeg's 25-fps guess).
+    path = tmp_path / f"vtest.{ext}"
+    _remux(data_dir / "vtest_h264_bframes.mp4", path, fmt)
+    clip = sample(path)
+    assert len(clip.timestamps_s) == 120 and clip.timestamps_s[-1] <= 29.9 + 1e-6
+    assert_on_grid(clip.timestamps_s)
+    assert clip.warnings == []
