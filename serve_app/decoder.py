@@ -21,9 +21,11 @@ AVI and raw elementary streams have no trustworthy presentation timestamps
 (packed B-frames scramble them): they are timed by frame index and decoded
 in full, choosing frames with :class:`serve_app.sampling.FrameSelector`.
 
-A clip that breaks mid-stream keeps the frames decoded so far (with a
-warning saying where decoding stopped) as long as two were decoded. Errors
-are :class:`serve_app.errors.ServeAppError` subclasses with their HTTP status.
+A clip that breaks mid-stream keeps the frames it could decode, with a
+warning saying where decoding stopped: a truncated file up to its end,
+damaged data up to the damage and again from the next keyframe. Fewer than
+two frames after a break is a 422. Errors are
+:class:`serve_app.errors.ServeAppError` subclasses with their HTTP status.
 """
 
 from __future__ import annotations
