@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, IPvAnyNetwork, model_validator
 
 #: Qwen2.5-VL patch (14 px) × spatial merge (2): frame sides are multiples of
 #: this many pixels (model-facts.md, preprocessor_config.json).
@@ -100,6 +100,11 @@ class SourcesConfig(_Model):
         False,
         description="Let URLs reach private, loopback, link-local and other non-public addresses "
         "(off: such hosts are refused with 403, after DNS resolution, so a public name cannot point inside).",
+    )
+    allowed_networks: list[IPvAnyNetwork] = Field(
+        default_factory=list,
+        description="Private networks (CIDR, e.g. a camera VLAN `10.20.0.0/16`) URLs may reach even while "
+        "allow_private_networks is off; every other non-public address stays refused.",
     )
     url_connect_timeout_s: float = Field(5.0, gt=0, description="http(s): seconds to connect (per address).")
     url_read_timeout_s: float = Field(10.0, gt=0, description="http(s): seconds a read may wait for data.")

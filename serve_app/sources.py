@@ -169,8 +169,8 @@ def check_url(url: str, sources: SourcesConfig, *, resolve=socket.getaddrinfo) -
     Raises:
         InvalidRequestError (400): not a URL with a host, or a port out of range.
         ForbiddenSourceError (403): scheme not enabled, or the host resolves to a private,
-            loopback, link-local or otherwise non-public address (any of its addresses)
-            while ``sources.allow_private_networks`` is off.
+            loopback, link-local or otherwise non-public address (any of its addresses) outside
+            ``sources.allowed_networks`` while ``sources.allow_private_networks`` is off.
         UnprocessableClipError (422): the host name does not resolve.
     """
     try:
@@ -200,13 +200,14 @@ def check_url(url: str, sources: SourcesConfig, *, resolve=socket.getaddrinfo) -
     if not addresses:
         raise UnprocessableClipError(f"the video_url host {host!r} has no address", param="video_url")
     if not sources.allow_private_networks:
+        allowed = sources.allowed_networks
         for address in addresses:
             kind = address_kind(address)
-            if kind is not None:
+            if kind is not None and not any(ipaddress.ip_address(address.split("%")[0]) in n for n in allowed):
                 shown = host if host == address else f"{host!r} resolves to {address}, which"
                 raise ForbiddenSourceError(
                     f"video_url host {shown} is a {kind} address; this server only fetches clips from public "
-                    "addresses (sources.allow_private_networks is off)",
+                    "addresses and sources.allowed_networks (sources.allow_private_networks is off)",
                     param="video_url",
                 )
     return CheckedURL(url=url, scheme=scheme, host=host, port=port, addresses=addresses)

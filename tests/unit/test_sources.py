@@ -101,3 +101,14 @@ def test_url_scheme_and_shape_rules():
     assert https.host_header == "h.example.com:8443" and https.with_address("93.184.216.34").startswith(
         "https://93.184.216.34:8443/"
     )
+
+
+def test_allowed_networks_open_a_camera_vlan_and_nothing_else():
+    cfg = SourcesConfig(allowed_networks=["10.20.0.0/16"])
+    res = resolver({"cam1.lan": ["10.20.3.4"], "nvr.lan": ["10.30.0.1"], "meta": ["169.254.169.254"]})
+    assert check_url("rtsp://cam1.lan/stream", cfg, resolve=res).addresses == ("10.20.3.4",)
+    for host in ("nvr.lan", "meta"):
+        with pytest.raises(ForbiddenSourceError, match="allowed_networks"):
+            check_url(f"rtsp://{host}/stream", cfg, resolve=res)
+    with pytest.raises(ForbiddenSourceError, match="loopback"):
+        check_url("http://127.0.0.1/a.mp4", cfg, resolve=socket.getaddrinfo)
