@@ -173,6 +173,12 @@ class ModelConfig(_Model):
         False, description="Accept the benchmark-only `ignore_eos` request option (random-weight models)."
     )
     warmup: bool = Field(True, description="Run one tiny request when the replica starts.")
+    stream_interval_ms: float = Field(
+        50.0,
+        ge=0,
+        description="Merge token deltas leaving the model replica over this many ms (0: one item per delta); "
+        "the first delta is never held. 50 ms is Ray Serve LLM's default (RAYLLM_MODEL_RESPONSE_BATCH_TIMEOUT_MS).",
+    )
 
     @property
     def name(self) -> str:

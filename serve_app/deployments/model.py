@@ -12,6 +12,7 @@ replica to this one without a stop in the ingress) and yields plain dicts:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 
@@ -25,6 +26,7 @@ from serve_app.errors import ErrorInfo, OverloadedError, internal_error
 from serve_app.metrics import ModelMetrics
 from serve_app.prompt import render_prompt
 from serve_app.sampling import video_tokens
+from serve_app.streaming import coalesce_deltas
 
 logger = logging.getLogger("ray.serve")
 
@@ -71,7 +73,17 @@ class VideoModel:
         return self.start_s
 
     async def generate(self, request_id: str, clip: DecodedClip | ErrorInfo, question: str, sampling: SamplingOptions):
-        """Streams the answer for one decoded clip (see the module docstring for the chunk shapes)."""
+        """Streams the answer for one decoded clip (see the module docstring for the chunk shapes).
+
+        Deltas are merged per ``model.stream_interval_ms`` (see :mod:`serve_app.streaming`).
+        """
+        chunks = self._chunks(request_id, clip, question, sampling)
+        interval_s = self.config.model.stream_interval_ms / 1000
+        async with contextlib.aclosing(coalesce_deltas(chunks, interval_s)) as stream:
+            async for chunk in stream:
+                yield chunk
+
+    async def _chunks(self, request_id: str, clip: DecodedClip | ErrorInfo, question: str, sampling: SamplingOptions):
         if isinstance(clip, ErrorInfo):
             yield {"type": "error", "error": clip}
             return
