@@ -3,7 +3,8 @@
 # bundle is staged (bash .gpu-bundle/pK/stage.sh N; see README "GPU").
 #   bash serve_app/bench/gpu_machine.sh tests            # tests/gpu -> $OUT/gpu-junit.xml, gpu-tests.log
 #   bash serve_app/bench/gpu_machine.sh bench [ARGS]     # python -m serve_app.bench.gpu -> $OUT/gpu_bench.json
-#   bash serve_app/bench/gpu_machine.sh serve CONFIG [key=value ...]   # serve run a derived config (background)
+#   bash serve_app/bench/gpu_machine.sh serve CONFIG [key=value ...]   # serve run a derived config (background),
+#                                                        # returns once the app is RUNNING (<= 300 s)
 set -uo pipefail
 export PYTHONPATH=/root/site:$PWD PATH=/root/site/bin:$PATH
 export VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1 RAY_DEDUP_LOGS=1
@@ -19,16 +20,30 @@ case "$cmd" in
     python3 -m serve_app.bench.gpu --out "$OUT/gpu_bench.json" "$@" > "$OUT/bench.log" 2>&1
     rc=$?; grep -E "^\||Error|error|Traceback" "$OUT/bench.log" | tail -40; exit $rc ;;
   serve)
+    # `serve status` (CLI, via the dashboard) hung on the GPU machine on 2026-11-30: wait with
+    # serve.status() over the Ray client API instead, under a hard timeout.
     config=${1:?config}; shift
     python3 -m serve_app.config override "$config" "$@" -o /tmp/derived.yaml || exit 4
-    setsid nohup serve run /tmp/derived.yaml > /tmp/serve.log 2>&1 &
+    setsid nohup serve run /tmp/derived.yaml > /tmp/serve.log 2>&1 < /dev/null &
     t0=$(date +%s)
-    for i in $(seq 1 150); do
-      serve status 2>/dev/null | grep -q "status: RUNNING" && break
-      grep -q "DEPLOY_FAILED\|Traceback" /tmp/serve.log && { tail -30 /tmp/serve.log; exit 5; }
-      sleep 2
-    done
-    echo "serve: app ready after $(( $(date +%s) - t0 )) s"
-    serve status | head -40;;
+    timeout 300 python3 - <<'PY' || { tail -c 3000 /tmp/serve.log; exit 5; }
+import logging, time, yaml, ray
+from ray import serve
+name = yaml.safe_load(open("/tmp/derived.yaml"))["applications"][0]["name"]
+while True:  # the cluster appears once `serve run` has started it
+    try:
+        ray.init(address="auto", log_to_driver=False, logging_level=logging.ERROR)
+        break
+    except Exception:
+        time.sleep(1)
+while True:
+    st = serve.status().applications.get(name)
+    if st is not None and st.status == "RUNNING":
+        break
+    if st is not None and st.status == "DEPLOY_FAILED":
+        raise SystemExit(st.message)
+    time.sleep(1)
+PY
+    echo "serve: app ready after $(( $(date +%s) - t0 )) s";;
   *) echo "unknown command $cmd"; exit 2;;
 esac
