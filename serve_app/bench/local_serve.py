@@ -59,13 +59,22 @@ def cpu_args(**overrides) -> dict:
     return args
 
 
-def start(http_port: int, num_cpus: int = 8) -> str:
-    """Starts a local Ray and Serve on ``127.0.0.1:http_port``; returns the base URL."""
+def start(http_port: int, num_cpus: int = 8, object_store_mb: int | None = None) -> str:
+    """Starts a local Ray and Serve on ``127.0.0.1:http_port``; returns the base URL.
+
+    ``object_store_mb``: size of Ray's shared-memory object store (None: Ray's default, 30 % of RAM).
+    Decoded clips live there; every page of it a process has touched counts in that process's RSS.
+    """
     import ray
     from ray import serve
 
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-    ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+    ray.init(
+        num_cpus=num_cpus,
+        include_dashboard=False,
+        log_to_driver=False,
+        object_store_memory=None if object_store_mb is None else object_store_mb * 2**20,
+    )
     serve.start(http_options={"host": "127.0.0.1", "port": http_port})
     return f"http://127.0.0.1:{http_port}"
 
@@ -121,18 +130,40 @@ def serve_processes(root_pid: int | None = None) -> list:
     return procs
 
 
-def serve_rss_bytes(root_pid: int | None = None) -> tuple[int, int]:
-    """``(summed RSS in bytes, process count)`` of the Serve processes (see :func:`serve_processes`)."""
+def serve_memory(root_pid: int | None = None) -> list[dict]:
+    """Per Serve process: title, RSS and its shared part in MiB (shared: mostly Ray's object
+    store, a shared-memory map whose touched pages count in every process that touched them)."""
     import psutil
 
-    total, n = 0, 0
+    out = []
     for p in serve_processes(root_pid):
         try:
-            total += p.memory_info().rss
-            n += 1
+            mi = p.memory_info()
+            title = " ".join(p.cmdline()).strip()
         except psutil.Error:
-            pass
-    return total, n
+            continue
+        out.append({"process": title[:80], "rss_mb": round(mi.rss / 2**20, 1), "shared_mb": round(mi.shared / 2**20, 1)})
+    return out
+
+
+def serve_rss_bytes(root_pid: int | None = None) -> tuple[int, int, int]:
+    """``(summed RSS, summed private RSS, process count)`` of the Serve processes, in bytes.
+
+    Private = RSS − shared pages; the shared part is mostly Ray's object store (decoded clips),
+    whose touched pages stay counted in each process's RSS after the objects are freed.
+    """
+    import psutil
+
+    total, private, n = 0, 0, 0
+    for p in serve_processes(root_pid):
+        try:
+            mi = p.memory_info()
+        except psutil.Error:
+            continue
+        total += mi.rss
+        private += mi.rss - mi.shared
+        n += 1
+    return total, private, n
 
 
 def replica_actor_names(app: str, deployment: str) -> list[str]:

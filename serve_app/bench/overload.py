@@ -45,14 +45,14 @@ class RssSampler:
 
     def __init__(self, period_s: float = 1.0):
         self.period_s = period_s
-        self.samples: list[tuple] = []  # (t_s, rss_bytes, processes, phase, 1-min load average)
+        self.samples: list[tuple] = []  # (t_s, rss_bytes, processes, phase, 1-min load average, private_bytes)
         self._t0 = time.monotonic()
 
     async def run(self, stop: asyncio.Event, phase: list[str]) -> None:
         """Samples until ``stop`` is set; ``phase[0]`` labels each sample."""
         while not stop.is_set():
-            rss, n = await asyncio.to_thread(local_serve.serve_rss_bytes)
-            self.samples.append((round(time.monotonic() - self._t0, 1), rss, n, phase[0], os.getloadavg()[0]))
+            rss, private, n = await asyncio.to_thread(local_serve.serve_rss_bytes)
+            self.samples.append((round(time.monotonic() - self._t0, 1), rss, n, phase[0], os.getloadavg()[0], private))
             try:
                 await asyncio.wait_for(stop.wait(), self.period_s)
             except TimeoutError:
@@ -137,6 +137,7 @@ async def run(url: str, args) -> dict:
     results = await open_loop(url, offered, args.overload_s, request_fields(args.max_tokens), timeout_s=300)
     overload_elapsed = time.monotonic() - t
     phase[0] = "after"
+    per_process_overload_end = await asyncio.to_thread(local_serve.serve_memory)
     await asyncio.sleep(5)
     stop.set()
     await sampling
@@ -147,7 +148,9 @@ async def run(url: str, args) -> dict:
 
     def phase_rss(name):
         v = [s[1] for s in rss if s[3] == name]
-        return {"first_mb": mb(v[0]), "max_mb": mb(max(v)), "last_mb": mb(v[-1])} if v else None
+        p = [s[5] for s in rss if s[3] == name]
+        return {"first_mb": mb(v[0]), "max_mb": mb(max(v)), "last_mb": mb(v[-1]),
+                "private_max_mb": mb(max(p)), "private_last_mb": mb(p[-1])} if v else None
 
     summary = summarize(results)
     # Until the last answer (requests admitted near the end finish after the arrivals stop).
@@ -169,7 +172,11 @@ async def run(url: str, args) -> dict:
             # A trend check: a leak grows from the first to the second half of the overload phase.
             "overload_first_half_max_mb": mb(max(s[1] for s in ov[:half])) if half else None,
             "overload_second_half_max_mb": mb(max(s[1] for s in ov[half:])) if half else None,
-            "samples": [{"t_s": s[0], "rss_mb": mb(s[1]), "processes": s[2], "phase": s[3], "loadavg_1m": s[4]}
+            "overload_private_first_half_max_mb": mb(max(s[5] for s in ov[:half])) if half else None,
+            "overload_private_second_half_max_mb": mb(max(s[5] for s in ov[half:])) if half else None,
+            "per_process_at_overload_end": per_process_overload_end,
+            "samples": [{"t_s": s[0], "rss_mb": mb(s[1]), "private_mb": mb(s[5]), "processes": s[2], "phase": s[3],
+                         "loadavg_1m": s[4]}
                         for s in rss],
         },
     }
@@ -186,10 +193,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--overload-s", type=float, default=90)
     ap.add_argument("--factor", type=float, default=4.0)
     ap.add_argument("--max-tokens", type=int, default=16)
+    ap.add_argument("--object-store-mb", type=int, default=2048,
+                    help="Ray object store size (MiB); 0: Ray's default (30%% of RAM)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO)
     app = load_serve_config(args.config)["applications"][0]
-    url = local_serve.start(args.port)
+    url = local_serve.start(args.port, object_store_mb=args.object_store_mb or None)
     try:
         local_serve.deploy("overload", "/", app["args"])
         result = asyncio.run(run(url, args))
@@ -201,6 +210,7 @@ def main(argv: list[str] | None = None) -> None:
         "command": "python -m serve_app.bench.overload " + " ".join(sys.argv[1:] if argv is None else argv),
         "machine": local_serve.machine(),
         "config": args.config,
+        "object_store_mb": args.object_store_mb or "ray default (30% of RAM)",
         "limits": {k: app["args"][k] for k in ("decoder", "model_replica", "ingress")},
         "request": request_fields(args.max_tokens) | {"upload_bytes": local_serve.CLIP.stat().st_size},
         "goal": {"rejected_p99_s_below": 1.0, "memory": "bounded (no growth trend under overload)"},

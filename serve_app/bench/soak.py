@@ -47,6 +47,7 @@ def minute_stats(outcomes: list[dict], rss: list[tuple], duration_s: float) -> l
         done = [o for o in outcomes if lo <= o["end_s"] < hi]
         ok = [o["latency_s"] for o in done if o["status"] == 200]
         mem = [r[1] for r in rss if lo <= r[0] < hi]
+        priv = [r[4] for r in rss if lo <= r[0] < hi]
         rows.append({
             "minute": m,
             "requests": len(done),
@@ -55,6 +56,7 @@ def minute_stats(outcomes: list[dict], rss: list[tuple], duration_s: float) -> l
             "latency_p95_s": None if not ok else round(local_serve.percentile(ok, 95), 3),
             "rss_mean_mb": None if not mem else round(sum(mem) / len(mem) / 2**20, 1),
             "rss_max_mb": None if not mem else round(max(mem) / 2**20, 1),
+            "private_mean_mb": None if not priv else round(sum(priv) / len(priv) / 2**20, 1),
         })
     return rows
 
@@ -67,10 +69,15 @@ def verdict(rows: list[dict], warmup_min: int, outcomes: list[dict]) -> dict:
     if len(after) >= 10:
         first = sum(r["rss_mean_mb"] for r in after[:5]) / 5
         last = sum(r["rss_mean_mb"] for r in after[-5:]) / 5
+        pfirst = sum(r["private_mean_mb"] for r in after[:5]) / 5
+        plast = sum(r["private_mean_mb"] for r in after[-5:]) / 5
         out.update(
             rss_after_warmup_mb=round(first, 1),
             rss_last_5_min_mb=round(last, 1),
             rss_growth_pct=round(100 * (last / first - 1), 2),
+            private_after_warmup_mb=round(pfirst, 1),
+            private_last_5_min_mb=round(plast, 1),
+            private_growth_pct=round(100 * (plast / pfirst - 1), 2),
         )
         out["goal_met"] = out["rss_growth_pct"] < GOAL_RSS_GROWTH_PCT and errors == 0
     else:
@@ -82,7 +89,7 @@ async def soak(url: str, args, write) -> None:
     """Runs the cameras and the sampler; calls ``write(outcomes, rss, elapsed_s)`` every minute."""
     data = local_serve.CLIP.read_bytes()
     outcomes: list[dict] = []
-    rss: list[tuple] = []  # (t_s, rss_bytes, processes, 1-min load average)
+    rss: list[tuple] = []  # (t_s, rss_bytes, processes, 1-min load average, private_bytes)
     t0 = time.monotonic()
     end = t0 + args.duration_min * 60
 
@@ -116,8 +123,8 @@ async def soak(url: str, args, write) -> None:
     async def sampler() -> None:
         last_write = time.monotonic()
         while time.monotonic() < end + 5:
-            b, n = await asyncio.to_thread(local_serve.serve_rss_bytes)
-            rss.append((round(time.monotonic() - t0, 1), b, n, os.getloadavg()[0]))
+            b, private, n = await asyncio.to_thread(local_serve.serve_rss_bytes)
+            rss.append((round(time.monotonic() - t0, 1), b, n, os.getloadavg()[0], private))
             if time.monotonic() - last_write >= 60:
                 write(outcomes, rss, time.monotonic() - t0)
                 last_write = time.monotonic()
@@ -139,6 +146,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--duration-min", type=float, default=30)
     ap.add_argument("--warmup-min", type=int, default=5)
     ap.add_argument("--sample-s", type=float, default=10.0)
+    ap.add_argument("--object-store-mb", type=int, default=2048,
+                    help="Ray object store size (MiB); 0: Ray's default (30%% of RAM)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO)
     app = load_serve_config(args.config)["applications"][0]
@@ -147,6 +156,7 @@ def main(argv: list[str] | None = None) -> None:
         "command": "python -m serve_app.bench.soak " + " ".join(sys.argv[1:] if argv is None else argv),
         "machine": local_serve.machine(),
         "config": args.config,
+        "object_store_mb": args.object_store_mb or "ray default (30% of RAM)",
         "scenario": {"cameras": args.cameras, "period_s": args.period_s, "duration_min": args.duration_min,
                      "warmup_min": args.warmup_min, "request": FIELDS,
                      "upload_bytes": local_serve.CLIP.stat().st_size},
@@ -160,13 +170,14 @@ def main(argv: list[str] | None = None) -> None:
             "complete": elapsed_s >= args.duration_min * 60,
             "verdict": verdict(rows, args.warmup_min, outcomes),
             "serve_processes": rss[-1][2] if rss else None,
+            "per_process": local_serve.serve_memory(),
             "minutes": rows,
             "errors": [o for o in outcomes if o["status"] != 200][:50],
-            "rss_samples": [{"t_s": t, "rss_mb": round(b / 2**20, 1), "processes": n, "loadavg_1m": la}
-                            for t, b, n, la in rss],
+            "rss_samples": [{"t_s": t, "rss_mb": round(b / 2**20, 1), "private_mb": round(p / 2**20, 1),
+                             "processes": n, "loadavg_1m": la} for t, b, n, la, p in rss],
         })
 
-    url = local_serve.start(args.port)
+    url = local_serve.start(args.port, object_store_mb=args.object_store_mb or None)
     try:
         local_serve.deploy("soak", "/", app["args"])
         asyncio.run(soak(url, args, write))
