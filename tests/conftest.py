@@ -90,29 +90,10 @@ def serve_session(tiny_checkpoint):
 
 
 def deploy(name: str, route_prefix: str, args: dict) -> None:
-    """Deploys one application of the real graph on the session's Serve and waits for it."""
-    from ray import serve
+    """Deploys one application of the real graph on the session's Serve and waits until it runs."""
+    from serve_app.bench.local_serve import deploy as deploy_and_wait
 
-    from serve_app.app import build_app
-
-    serve.run(build_app(args), name=name, route_prefix=route_prefix, blocking=False)
-    _wait_running(name)
-
-
-def _wait_running(name: str, timeout_s: float = 300) -> None:
-    import time
-
-    from ray import serve
-
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        status = serve.status().applications.get(name)
-        if status is not None and status.status == "RUNNING":
-            return
-        if status is not None and status.status == "DEPLOY_FAILED":
-            raise RuntimeError(f"application {name} failed: {status.message}")
-        time.sleep(0.5)
-    raise TimeoutError(f"application {name} not running after {timeout_s} s")
+    deploy_and_wait(name, route_prefix, args)
 
 
 @pytest.fixture(scope="session")
