@@ -24,6 +24,7 @@ import datetime as dt
 import json
 import logging
 import os
+import platform
 import signal
 import sys
 from collections import Counter
@@ -64,7 +65,8 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--double-concurrency", type=int, default=0, help="--target double: requests served at once")
     g = p.add_argument_group("cameras")
     g.add_argument("--cameras", type=int, default=4, help="number of camera feeds")
-    g.add_argument("--source", "--clip", dest="source", action="append", help="clip (looped) or rtsp/http URL; repeat to mix "
+    g.add_argument("--source", "--clip", dest="source", action="append",
+                   help="clip (looped) or rtsp/http URL; repeat to mix "
                    "(cameras take them round-robin; default: tests/data/intel_car-detection.mp4)")
     g.add_argument("--cameras-file", help="YAML list of cameras (id, source, window_s, fps, max_frames, "
                    "questions, duration_s); missing keys come from the flags")
@@ -161,6 +163,7 @@ async def run_once(settings: RunSettings, out_dir: Path, *, live: bool, make_plo
                    extra: dict | None = None, api_key: str | None = None) -> dict:
     """One run: cut windows, drive the feeds, write results/CSV/plots; returns the results document."""
     feeds = prepare_feeds(settings)
+    load_before = os.getloadavg()
     runner = Runner(settings, feeds, client_factory=lambda s: make_client(s, api_key=api_key))
     loop = asyncio.get_running_loop()
     with contextlib.suppress(NotImplementedError, RuntimeError):
@@ -176,7 +179,9 @@ async def run_once(settings: RunSettings, out_dir: Path, *, live: bool, make_plo
     finally:
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.remove_signal_handler(signal.SIGINT)
-    doc = build_results(settings, records, extra={"windows": windows_info(feeds), **(extra or {})})
+    host = {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
+            "loadavg_1m_before": round(load_before[0], 2), "loadavg_1m_after": round(os.getloadavg()[0], 2)}
+    doc = build_results(settings, records, extra={"windows": windows_info(feeds), "host": host, **(extra or {})})
     path = write_run(out_dir, doc, records)
     if make_plots:
         plots.write_run_plots(out_dir, records, settings.effective_slo_s, title=title)
@@ -241,8 +246,8 @@ async def amain(a: argparse.Namespace) -> int:
             return 0 if doc["summary"]["keeps_up"] else 1
 
         async def level(settings: RunSettings, sub: Path) -> dict:
-            return await run_once(settings, sub, live=live, make_plots=a.plots,
-                                  title=f"{a.title} {len(settings.cameras)} cameras".strip(), extra=extra,
+            title = f"{a.title} — {len(settings.cameras)} cameras" if a.title else ""
+            return await run_once(settings, sub, live=live, make_plots=a.plots, title=title, extra=extra,
                                   api_key=api_key)
 
         doc = await run_sweep(lambda n: settings_for(a, n, app_config), levels, out_dir, level,

@@ -121,7 +121,7 @@ class _Index:
 
 def _index(path: Path) -> _Index:
     try:
-        container = av.open(str(path), metadata_errors="ignore")
+        container = av.open(str(path))
     except (av.error.FFmpegError, OSError) as e:
         raise WindowCutError(f"cannot open {path}: {e}") from e
     with container:
@@ -170,7 +170,7 @@ def _remux(src: Path, idx: _Index, first: int, end_ts: int) -> bytes:
         chosen.append(p)
     shift = min(p.dts if p.dts is not None else p.pts for p in chosen)
     buf = io.BytesIO()
-    with av.open(str(src), metadata_errors="ignore") as inp:
+    with av.open(str(src)) as inp:
         template = inp.streams.video[0]
         with av.open(buf, mode="w", format="mp4", options={"use_editlist": "0"}) as out:
             ostream = out.add_stream_from_template(template)
@@ -220,7 +220,7 @@ def _reencode(src: Path, idx: _Index, ranges: dict[int, tuple[float, float]]) ->
         ostream.width, ostream.height = frame.width - frame.width % 2, frame.height - frame.height % 2
         return (k, buf, out, ostream, -1)
 
-    with av.open(str(src), metadata_errors="ignore") as inp:
+    with av.open(str(src)) as inp:
         stream = inp.streams.video[0]
         i = 0
         for frame in inp.decode(stream):

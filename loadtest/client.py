@@ -123,6 +123,10 @@ async def _read_error(record: RequestRecord, response: httpx.Response) -> None:
     _apply_error(record, "http", body, raw[:300].decode("utf-8", "replace"))
 
 
+#: How the server writes a delta event (``json.dumps`` default separators).
+_DELTA_PREFIX = 'data: {"type": "delta"'
+
+
 def parse_sse_line(line: str) -> dict[str, Any] | str | None:
     """One server-sent-event line: the decoded ``data:`` payload, ``"[DONE]"``, or None (other lines).
 
@@ -170,6 +174,8 @@ async def send(
                 return
             got_done = False
             async for line in r.aiter_lines():
+                if record.first_token_s is not None and line.startswith(_DELTA_PREFIX):
+                    continue  # later deltas carry nothing we measure: skip the JSON parse
                 event = parse_sse_line(line)
                 if event is None:
                     continue

@@ -2,7 +2,8 @@
 
 Run: ``latency_cdf.png`` (latency and TTFT CDFs), ``timeline.png`` (QPS and
 p50/p95 latency over time), ``freshness.png`` (every camera's freshness over
-time against the SLO) and ``report.png`` (the three in one figure).
+time against the SLO), ``scheduling_lag.png`` (the client's own delay) and
+``report.png`` (the four in one figure).
 Sweep: ``sweep.png`` (p95 freshness and error rate against camera count).
 """
 
@@ -45,6 +46,21 @@ def latency_cdf(ax, records: Sequence[RequestRecord]) -> None:
     ax.set_xlabel("seconds")
     ax.set_ylabel("fraction of requests")
     ax.set_title("latency CDF")
+    ax.set_ylim(0, 1.01)
+    ax.legend(loc="lower right", fontsize=8)
+
+
+def scheduling_lag(ax, records: Sequence[RequestRecord]) -> None:
+    """CDF of the client's scheduling lag (sent − scheduled), milliseconds, log scale."""
+    lag = [max(r.lag_ms, 1e-3) for r in records if not r.warmup]
+    _ecdf(ax, lag, "scheduling lag")
+    if lag:
+        p99 = float(np.percentile(lag, 99))
+        ax.axvline(p99, color="tab:red", lw=1, ls=":", label=f"p99 {p99:.1f} ms")
+    ax.set_xscale("log")
+    ax.set_xlabel("milliseconds (log)")
+    ax.set_ylabel("fraction of requests")
+    ax.set_title("client scheduling lag CDF")
     ax.set_ylim(0, 1.01)
     ax.legend(loc="lower right", fontsize=8)
 
@@ -104,19 +120,21 @@ def write_run_plots(out_dir: Path, records: Sequence[RequestRecord], slo_s: floa
         ("latency_cdf.png", lambda ax: latency_cdf(ax, records)),
         ("timeline.png", lambda ax: qps_latency(ax, records)),
         ("freshness.png", lambda ax: camera_freshness(ax, records, slo_s)),
+        ("scheduling_lag.png", lambda ax: scheduling_lag(ax, records)),
     ):
         fig, ax = plt.subplots(figsize=(7, 4.2), layout="constrained")
         draw(ax)
         fig.savefig(out_dir / name, dpi=90)
         plt.close(fig)
         paths.append(out_dir / name)
-    fig, axes = plt.subplots(1, 3, figsize=(17, 4.6), layout="constrained")
-    latency_cdf(axes[0], records)
-    qps_latency(axes[1], records)
-    camera_freshness(axes[2], records, slo_s)
+    fig, axes = plt.subplots(2, 2, figsize=(13, 8.4), layout="constrained")
+    latency_cdf(axes[0, 0], records)
+    qps_latency(axes[0, 1], records)
+    camera_freshness(axes[1, 0], records, slo_s)
+    scheduling_lag(axes[1, 1], records)
     if title:
         fig.suptitle(title, fontsize=11)
-    fig.savefig(out_dir / "report.png", dpi=80)
+    fig.savefig(out_dir / "report.png", dpi=75)
     plt.close(fig)
     paths.append(out_dir / "report.png")
     return paths

@@ -140,7 +140,9 @@ def headline(summary: dict) -> str:
     errs = ", ".join(f"{k}: {v}" for k, v in s["errors_by_type"].items()) or "none"
     growth = s["lag_growth_s_per_s"]
     c = s["criteria"]
-    verdict = "[bold green]KEEPS UP[/]" if s["keeps_up"] else "[bold red]FALLS BEHIND[/] (" + "; ".join(s["reasons"]) + ")"
+    verdict = "[bold green]KEEPS UP[/]"
+    if not s["keeps_up"]:
+        verdict = "[bold red]FALLS BEHIND[/] (" + "; ".join(s["reasons"]) + ")"
     return (
         f"requests {s['requests']} (warm-up {s['warmup_requests']}), ok {s['ok']}, errors {s['errors']} "
         f"({s['error_rate']:.2%}; {errs})\n"
@@ -155,10 +157,13 @@ def headline(summary: dict) -> str:
 
 def camera_table(cameras: list[dict], limit: int = 24) -> Table:
     """Per-camera freshness, misses, lag growth and verdict (failing cameras first when cut)."""
-    rows = sorted(cameras, key=lambda c: (c["keeps_up"], -(c["freshness_s"]["p95"] or 0))) if len(cameras) > limit else cameras
+    rows = cameras
+    if len(cameras) > limit:  # show the worst
+        rows = sorted(cameras, key=lambda c: (c["keeps_up"], -(c["freshness_s"]["p95"] or 0)))
     t = Table(title=f"cameras ({len(cameras)}" + (f", {limit} shown)" if len(cameras) > limit else ")"),
               title_justify="left")
-    for col in ("camera", "req", "ok", "err", "fresh p50 s", "fresh p95 s", "fresh max s", "misses", "growth s/s", "keeps up"):
+    for col in ("camera", "req", "ok", "err", "fresh p50 s", "fresh p95 s", "fresh max s", "misses",
+                "growth s/s", "keeps up"):
         t.add_column(col, justify="left" if col == "camera" else "right")
     for c in rows[:limit]:
         f = c["freshness_s"]

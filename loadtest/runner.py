@@ -142,7 +142,9 @@ class Runner:
             self.phase = "done"
         return self.records
 
-    def _new_record(self, cam: int, k: int, scheduled_s: float, window_end_s: float, deadline_s: float) -> RequestRecord:
+    def _new_record(
+        self, cam: int, k: int, scheduled_s: float, window_end_s: float, deadline_s: float
+    ) -> RequestRecord:
         rec = RequestRecord(
             seq=len(self.records), camera_id=self.feeds[cam].spec.id, window_index=self.feeds[cam].window(k).index,
             warmup=scheduled_s < self.settings.warmup_s, scheduled_s=scheduled_s, sent_s=self.clock(),
@@ -166,8 +168,8 @@ class Runner:
 
     async def _dispatch_all(self, client, url, arrivals, tasks: set) -> None:
         for a in arrivals:
-            delay = a.at_s - self.clock()
-            if delay > 0:
+            # uvloop's timers have 1-ms resolution and may fire early: never send before the window ends
+            while (delay := a.at_s - self.clock()) > 0:
                 await asyncio.sleep(delay)
             rec = self._new_record(a.camera, a.k, a.at_s, a.at_s, a.deadline_s)
             task = asyncio.create_task(self._send(client, url, a.camera, a.k, rec))

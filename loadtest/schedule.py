@@ -58,7 +58,9 @@ def phases(n: int, interval_s: Sequence[float], mode: str = "uniform", rng: rand
     raise ValueError(f"unknown stagger {mode!r} (one of {', '.join(STAGGERS)})")
 
 
-def camera_times(kind: str, phase_s: float, interval_s: float, duration_s: float, rng: random.Random | None = None) -> list[float]:
+def camera_times(
+    kind: str, phase_s: float, interval_s: float, duration_s: float, rng: random.Random | None = None
+) -> list[float]:
     """Send times of one camera in ``[0, duration_s)``.
 
     Args:
