@@ -9,7 +9,9 @@ import asyncio
 
 import httpx
 import pytest
-from conftest import cpu_app_args, deploy
+
+from serve_app.bench.local_serve import cpu_args as cpu_app_args
+from serve_app.bench.local_serve import deploy
 
 pytestmark = pytest.mark.integration
 
