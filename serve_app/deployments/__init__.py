@@ -1,0 +1,1 @@
+"""Thin Ray Serve deployments over the pure core: ingress, decoder, model."""
