@@ -20,6 +20,7 @@ import asyncio
 import json
 import os
 import platform
+import sys
 import time
 from pathlib import Path
 
@@ -103,7 +104,7 @@ def run(intervals_ms: list[float], inflight: int, tokens: int, port: int) -> dic
     finally:
         local_serve.stop()
     return {
-        "command": "python -m serve_app.bench.stream",
+        "command": "python -m serve_app.bench.stream " + " ".join(sys.argv[1:]),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                     "load_average_1_5_15": [round(x, 2) for x in os.getloadavg()]},
         "engine": "serve_app.testing.engines:scripted_engine (no model; 10 ms per token per request)",
