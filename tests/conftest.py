@@ -47,27 +47,18 @@ def tiny_checkpoint() -> Path:
 
 
 def cpu_app_args(**overrides) -> dict:
-    """``args`` for a CPU test application: tiny model, small CPU asks, tests/data allowed."""
-    args = {
-        "model": {
-            "backend": "transformers",
-            "model_id": str(TINY_CKPT),
-            "checkpoint": "tiny-random",
-            "served_model_name": "tiny-random-qwen2_5_vl",
-            "sampling": {"max_tokens": 8},
-            "allow_ignore_eos": True,
-        },
-        "sources": {"allowed_roots": [str(DATA)]},
-        "ingress": {"num_cpus": 0, "max_ongoing_requests": 64},
-        "decoder": {"num_cpus": 0, "num_replicas": 1, "max_ongoing_requests": 2},
-        "model_replica": {"num_cpus": 0, "max_ongoing_requests": 8},
+    """``args`` for a CPU test application: the benches' CPU graph (tiny model, small CPU asks,
+    tests/data allowed) with unbounded queues; ``overrides`` merge one level deep."""
+    from serve_app.bench.local_serve import cpu_args
+
+    sections = {
+        "ingress": {"max_ongoing_requests": 64},
+        "decoder": {"max_queued_requests": -1},
+        "model_replica": {"max_ongoing_requests": 8, "max_queued_requests": -1},
     }
     for key, value in overrides.items():
-        if isinstance(value, dict) and isinstance(args.get(key), dict):
-            args[key] = {**args[key], **value}
-        else:
-            args[key] = value
-    return args
+        sections[key] = {**sections[key], **value} if isinstance(value, dict) and key in sections else value
+    return cpu_args(**sections)
 
 
 @pytest.fixture(scope="session")

@@ -161,12 +161,13 @@ def test_decoder_scales_up_under_concurrent_load_and_back_down(app):
     for t in threads:
         t.start()
     try:
-        up_s = wait_for(lambda: running_decoders() == 2, 60)
+        # Generous: on a loaded 2-core machine the replica's metrics can arrive late (seen: > 60 s once).
+        up_s = wait_for(lambda: running_decoders() == 2, 150)
     finally:
         stop.set()
         for t in threads:
             t.join(timeout=60)
     assert up_s is not None, "the decoder did not scale to 2 replicas under 6 concurrent clients"
     assert done and set(done) == {8}
-    down_s = wait_for(lambda: running_decoders() == 1, 60)
+    down_s = wait_for(lambda: running_decoders() == 1, 120)
     assert down_s is not None, "the decoder did not scale back to 1 replica once idle"
