@@ -175,18 +175,12 @@ def capture_rtsp(
         raise UnprocessableClipError(f"no frame arrived from the camera at {checked.host}", param=PARAM)
     if last_t + 1e-6 < capture_s - grid.step_s and not warnings:
         warnings.append(f"the stream ended at {last_t:.2f} s of the {capture_s:g}-s capture")
-    frames, timestamps, padded = store.finish()
-    return DecodedClip(
-        frames=frames,
-        timestamps_s=timestamps,
+    return DecodedClip.from_store(
+        store,
         fps=grid.fps,
-        source_width=store.source_size[0],
-        source_height=store.source_size[1],
         source_fps=float(stream.average_rate) if stream.average_rate else None,
         duration_s=last_t,
-        rotation_deg=store.rotation_cw,
-        padded_frames=padded,
         warnings=warnings,
-        decode_ms=(time.perf_counter() - t_start) * 1000,
+        t_start=t_start,
         decoded_frames=n_decoded,
     )

@@ -113,6 +113,27 @@ class DecodedClip:
         """Frames sent to the model (T, even)."""
         return int(self.frames.shape[0])
 
+    @classmethod
+    def from_store(cls, store: FrameStore, *, fps: float, source_fps: float | None, duration_s: float,
+                   warnings: list[str], t_start: float, **extra) -> "DecodedClip":
+        """The clip a :class:`FrameStore` holds (padded to an even count), timed from ``t_start``
+        (``time.perf_counter()`` when decoding began); ``extra`` sets further fields."""
+        frames, timestamps, padded = store.finish()
+        return cls(
+            frames=frames,
+            timestamps_s=timestamps,
+            fps=fps,
+            source_width=store.source_size[0],
+            source_height=store.source_size[1],
+            source_fps=source_fps,
+            duration_s=duration_s,
+            rotation_deg=store.rotation_cw,
+            padded_frames=padded,
+            warnings=warnings,
+            decode_ms=(time.perf_counter() - t_start) * 1000,
+            **extra,
+        )
+
 
 # --------------------------------------------------------------------------- demux pass
 
@@ -396,19 +417,13 @@ def decode_clip(
         raise UnprocessableClipError(f"fewer than 2 frames could be decoded{why}", param="video")
     for w in warnings:
         logger.info("partial clip: %s", w)
-    frames, timestamps, padded = store.finish()
-    return DecodedClip(
-        frames=frames,
-        timestamps_s=timestamps,
+    return DecodedClip.from_store(
+        store,
         fps=grid.fps,
-        source_width=store.source_size[0],
-        source_height=store.source_size[1],
         source_fps=source_fps,
         duration_s=clip_end if idx.eof else max(clip_end, declared_s or 0.0),
-        rotation_deg=store.rotation_cw,
-        padded_frames=padded,
         warnings=warnings,
-        decode_ms=(time.perf_counter() - t_start) * 1000,
+        t_start=t_start,
         decoded_frames=n_decoded,
     )
 
