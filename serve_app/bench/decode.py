@@ -17,8 +17,13 @@ For each clip, in one run, interleaved ``--repeats`` times:
   (an ffmpeg run on a 1-frame lavfi input) is reported separately.
 * **bounds** (same FFmpeg as the decoder, via PyAV, no conversion): a full decode, and a
   decode of only the reference pictures (``skip_frame=NONREF``): the least decoding any
-  exact sampler must do, since kept frames depend on every reference picture before them.
+  exact sampler must do, since kept frames depend on every reference picture before them
+  (``ip_pictures_changed_without_b``: how many I/P pictures differ from the exact decode
+  when B pictures, reference ones included, are skipped with ``skip_frame=BIDIR``; nonzero
+  means P pictures predict from B references, so those cannot be skipped either).
   ``ffmpeg_cpu_s / refs_only_cpu_s`` is the best ratio any exact sampler could reach.
+  ``refs_only_no_loop_filter`` adds ``skip_loop_filter=all`` (no deblocking, FFmpeg's
+  fastest H.264 decode, *not* exact) with its luma PSNR against the exact pictures.
 
 Throughput is ``clip duration / CPU seconds`` (medians over the repeats). Goals (issue 3):
 ≥ 2× ffmpeg on clips with B-frames, ≥ 1× on clips without, sampled timestamps within
@@ -91,19 +96,67 @@ def own_cpu_s(fn) -> tuple[float, object]:
     return time.process_time() - t0, out
 
 
-def pyav_decode_cpu_s(data: bytes, skip_nonref: bool) -> tuple[float, int]:
-    """CPU seconds and frame count of decoding every (or every reference) picture with PyAV, single-threaded."""
+def _open_video(data: bytes, skip_nonref: bool, skip_loop_filter: bool):
+    c = av.open(io.BytesIO(data))
+    s = c.streams.video[0]
+    if skip_loop_filter:
+        s.codec_context.options = {"skip_loop_filter": "all"}  # AVDISCARD_ALL for the deblocking filter
+    s.codec_context.thread_count = 1
+    s.codec_context.thread_type = "SLICE"
+    if skip_nonref:
+        s.codec_context.skip_frame = "NONREF"
+    return c, s
+
+
+def pyav_decode_cpu_s(data: bytes, skip_nonref: bool, skip_loop_filter: bool = False) -> tuple[float, int]:
+    """CPU seconds and frame count of decoding every (or every reference) picture with PyAV, single-threaded.
+
+    ``skip_loop_filter``: FFmpeg's ``skip_loop_filter=all`` (no deblocking; not exact, see
+    :func:`loop_filter_psnr_db`).
+    """
 
     def run():
-        with av.open(io.BytesIO(data)) as c:
-            s = c.streams.video[0]
-            s.codec_context.thread_count = 1
-            s.codec_context.thread_type = "SLICE"
-            if skip_nonref:
-                s.codec_context.skip_frame = "NONREF"
+        c, s = _open_video(data, skip_nonref, skip_loop_filter)
+        with c:
             return sum(1 for _ in c.decode(s))
 
     return own_cpu_s(run)
+
+
+def ip_pictures_changed_without_b(data: bytes) -> dict:
+    """I/P pictures whose luma differs from the exact decode when all B pictures are skipped.
+
+    Returns ``{"changed": n, "of": n_ip}``; ``changed > 0`` means P pictures predict from
+    B reference pictures (H.264 B-pyramid), so an exact sampler must decode those too.
+    """
+
+    def luma(skip: str) -> dict:
+        c, s = _open_video(data, False, False)
+        with c:
+            s.codec_context.skip_frame = skip
+            return {f.pts: f.to_ndarray(format="gray") for f in c.decode(s)}
+
+    exact, no_b = luma("DEFAULT"), luma("BIDIR")
+    changed = sum(1 for pts, y in no_b.items() if not np.array_equal(y, exact[pts]))
+    return {"changed": changed, "of": len(no_b)}
+
+
+def loop_filter_psnr_db(data: bytes) -> dict:
+    """Luma PSNR (dB) of the reference pictures decoded without deblocking against the exact decode.
+
+    Returns ``{"min": dB, "median": dB}`` over the pictures (99 dB stands for identical).
+    """
+
+    def luma(skip_loop_filter: bool) -> list[np.ndarray]:
+        c, s = _open_video(data, True, skip_loop_filter)
+        with c:
+            return [f.to_ndarray(format="gray").astype(np.float64) for f in c.decode(s)]
+
+    psnr = []
+    for a, b in zip(luma(False), luma(True), strict=True):
+        mse = float(np.mean((a - b) ** 2))
+        psnr.append(99.0 if mse == 0 else 10 * np.log10(255.0**2 / mse))
+    return {"min": round(min(psnr), 1), "median": round(statistics.median(psnr), 1)}
 
 
 def describe_clip(path: Path) -> dict:
@@ -144,11 +197,13 @@ def bench_clip(path: Path, has_b_frames: bool, repeats: int) -> dict:
         ff_cpu.append(child_cpu_s([*FFMPEG, "-i", str(path), "-f", "null", "-"]))
     full = [pyav_decode_cpu_s(data, False) for _ in range(repeats)]
     refs = [pyav_decode_cpu_s(data, True) for _ in range(repeats)]
+    no_lf = [pyav_decode_cpu_s(data, True, skip_loop_filter=True) for _ in range(repeats)]
     ts = clip.timestamps_s
     k = np.round(ts * 4.0)
     deviation = float(np.max(np.abs(ts - k / 4.0)))
     dec_s, ff_s = statistics.median(dec_cpu), statistics.median(ff_cpu)
     refs_s = statistics.median(t for t, _ in refs)
+    no_lf_s = statistics.median(t for t, _ in no_lf)
     ratio = ff_s / dec_s
     goal = 2.0 if has_b_frames else 1.0
     return {
@@ -169,9 +224,15 @@ def bench_clip(path: Path, has_b_frames: bool, repeats: int) -> dict:
         "pyav_full_decode_cpu_s": round(statistics.median(t for t, _ in full), 4),
         "refs_only_decode_cpu_s": round(refs_s, 4),
         "refs_only_pictures": refs[0][1],
+        "ip_pictures_changed_without_b": ip_pictures_changed_without_b(data) if has_b_frames else None,
         "clip_s_per_cpu_s": {"decoder": round(clip.duration_s / dec_s, 1), "ffmpeg": round(clip.duration_s / ff_s, 1)},
         "ratio_vs_ffmpeg": round(ratio, 2),
         "best_exact_ratio_vs_ffmpeg": round(ff_s / refs_s, 2),
+        "refs_only_no_loop_filter": {
+            "decode_cpu_s": round(no_lf_s, 4),
+            "ratio_vs_ffmpeg": round(ff_s / no_lf_s, 2),
+            "luma_psnr_db_vs_exact": loop_filter_psnr_db(data),
+        },
         "goal_ratio": goal,
         "goal_met": bool(ratio >= goal and deviation <= GRID_TOLERANCE_S),
     }

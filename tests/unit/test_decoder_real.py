@@ -109,6 +109,16 @@ def test_reference_flags_agree_with_ffmpeg(data_dir, name):
     assert 0 < len(kept) < len(refs)
 
 
+@pytest.mark.parametrize("name", ["vtest_h264_bframes.mp4", "intel_bottle-detection.mp4"])
+def test_p_pictures_predict_from_b_references_so_those_are_decoded(data_dir, name):
+    """Why the decoder (and the decode bench's exact bound) keeps B *reference* pictures:
+    skipping every B picture changes the pixels of most I/P pictures of these x264 clips."""
+    from serve_app.bench.decode import ip_pictures_changed_without_b
+
+    result = ip_pictures_changed_without_b((data_dir / name).read_bytes())
+    assert result["of"] > 0 and result["changed"] > result["of"] // 2, result
+
+
 def test_no_parser_for_annex_b_or_other_codecs():
     assert ReferenceParser.for_stream("h264", b"\x00\x00\x00\x01\x67") is None
     assert ReferenceParser.for_stream("vp9", b"") is None
