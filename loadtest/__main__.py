@@ -50,10 +50,20 @@ logger = logging.getLogger("loadtest")
 console = Console(stderr=True)
 
 
+class _DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Appends ``(default: …)`` only where the help text does not already say it and there is a default."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "(default" in text or action.default is None or action.default is False:
+            return text
+        return super()._get_help_string(action)
+
+
 def parser() -> argparse.ArgumentParser:
     """The CLI's argument parser."""
     p = argparse.ArgumentParser(prog="python -m loadtest", description=__doc__.split("\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                formatter_class=_DefaultsFormatter)
     g = p.add_argument_group("target")
     g.add_argument("--target", default="http://127.0.0.1:8000",
                    help="base URL of the app, or 'double' to start the built-in fast test double")

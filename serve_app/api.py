@@ -161,7 +161,7 @@ async def parse_query(request: Request, config: AppConfig) -> tuple[QueryRequest
             await form.close()
     raise UnsupportedMediaError(
         f"content type {ctype or '(none)'!r} is not supported: send multipart/form-data with a 'video' "
-        "file, or application/json with video_path"
+        "file, or application/json with video_path or video_url"
     )
 
 

@@ -86,6 +86,12 @@ class OverloadedError(ServeAppError):
         super().__init__(message, param=param, headers={"Retry-After": str(int(retry_after_s))})
 
 
+class NotReadyError(OverloadedError):
+    """503: the application is still starting (a deployment has no running replica); ``Retry-After``."""
+
+    type = "not_ready"
+
+
 class UpstreamTimeoutError(ServeAppError):
     """504: a source (camera, URL) or a processing stage exceeded its time limit."""
 

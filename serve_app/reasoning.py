@@ -37,8 +37,11 @@ class ReasonedAnswer:
             return None
         missing = [tag for tag, v in (("<think>", self.reasoning), ("<answer>", self.answer)) if v is None]
         if missing:
-            return f"the model did not follow the <think>/<answer> format (missing {', '.join(missing)}); see raw"
-        return "the model did not follow the <think>/<answer> format (blocks out of order); see raw"
+            return (
+                f"the model did not follow the <think>/<answer> format (missing {', '.join(missing)}); "
+                "the full output is in text"
+            )
+        return "the model did not follow the <think>/<answer> format (blocks out of order); the full output is in text"
 
 
 def split_reasoning(text: str) -> ReasonedAnswer:

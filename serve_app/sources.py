@@ -95,7 +95,11 @@ def resolve_local_path(path: str, allowed_roots: list[str], max_bytes: int) -> P
             param="video_path",
         )
     if not candidate.is_file():
-        raise NotFoundError(f"video_path {path!r}: no such file under the allowed roots", param="video_path")
+        raise NotFoundError(
+            f"video_path {path!r}: no such file (relative paths are resolved against the first allowed root, "
+            f"{roots[0]}; allowed roots: {', '.join(map(str, roots))})",
+            param="video_path",
+        )
     size = os.stat(candidate).st_size
     if size > max_bytes:
         raise PayloadTooLargeError(

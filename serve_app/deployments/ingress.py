@@ -8,6 +8,8 @@ Routes:
     events ending with ``data: [DONE]``.
   * ``GET /v1/models``: the served model, OpenAI's shape.
   * ``GET /healthz``: liveness of the ingress (never needs the API key).
+  * ``GET /readyz``: readiness: 200 once every deployment of the application has a
+    running replica, else 503 naming those still starting (never needs the API key).
 
 Every error leaves as ``{"error": {"type", "message", "param"}}`` with its
 status and Ray Serve's ``X-Request-Id`` header; a 500 carries only the request id.
@@ -54,6 +56,7 @@ from serve_app.errors import (
     ErrorInfo,
     InvalidRequestError,
     NotFoundError,
+    NotReadyError,
     OverloadedError,
     PayloadTooLargeError,
     ServeAppError,
@@ -70,6 +73,7 @@ QUERY_ROUTE = "/v1/video/query"
 CHAT_ROUTE = "/v1/chat/completions"
 MODELS_ROUTE = "/v1/models"
 HEALTH_ROUTE = "/healthz"
+READY_ROUTE = "/readyz"
 
 
 def error_response(err: ServeAppError | ErrorInfo, request_id: str) -> JSONResponse:
@@ -229,9 +233,12 @@ class Ingress:
                 Route(CHAT_ROUTE, self.chat_completions, methods=["POST"]),
                 Route(MODELS_ROUTE, self.models, methods=["GET"]),
                 Route(HEALTH_ROUTE, self.healthz, methods=["GET"]),
+                Route(READY_ROUTE, self.readyz, methods=["GET"]),
             ],
             middleware=[
-                Middleware(ApiKeyMiddleware, api_key=self.api_key, exempt_paths={HEALTH_ROUTE}, reject=reject)
+                Middleware(
+                    ApiKeyMiddleware, api_key=self.api_key, exempt_paths={HEALTH_ROUTE, READY_ROUTE}, reject=reject
+                )
             ],
             exception_handlers={HTTPException: http_error},
         )
@@ -239,8 +246,27 @@ class Ingress:
     # --- simple routes ----------------------------------------------------------------------------
 
     async def healthz(self, request: Request) -> Response:
-        """Liveness: 200 while the ingress replica runs."""
+        """Liveness: 200 while the ingress replica runs (the model may still be loading: see readyz)."""
         return JSONResponse({"status": "ok"})
+
+    async def readyz(self, request: Request) -> Response:
+        """Readiness: 200 ``{"status": "ready", "running_replicas": {deployment: n}}`` once every
+        deployment of this application has at least one RUNNING replica; before that 503
+        (``Retry-After``) naming the deployments without one. Reads Serve's status from the
+        controller, so a busy model replica does not make the application look unready."""
+        rid = request.headers.get("x-request-id") or new_request_id()
+        app_name = serve.get_replica_context().app_name
+        status = await asyncio.to_thread(serve.status)
+        app = status.applications.get(app_name)
+        running = {
+            name: d.replica_states.get("RUNNING", 0) for name, d in (app.deployments.items() if app else [])
+        }
+        waiting = sorted(name for name, n in running.items() if n == 0)
+        if app is None or waiting:
+            detail = ", ".join(waiting) if waiting else f"application {app_name!r}"
+            err = NotReadyError(f"not ready: no running replica yet for {detail}", retry_after_s=5)
+            return error_response(err, rid)
+        return JSONResponse({"status": "ready", "running_replicas": running})
 
     async def models(self, request: Request) -> Response:
         """``GET /v1/models``: the served model (OpenAI's list shape)."""

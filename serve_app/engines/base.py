@@ -12,6 +12,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import importlib
+import warnings
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
@@ -19,6 +20,11 @@ import numpy as np
 
 if TYPE_CHECKING:
     from serve_app.config import ModelConfig
+
+# Frames reach the engines read-only (zero-copy out of Ray's object store). The HF video
+# processor only reads them, yet torch.from_numpy warns about every read-only array on the
+# first request; silence exactly that message rather than copy each clip (~38 MB per 10 s).
+warnings.filterwarnings("ignore", message="The given NumPy array is not writable", category=UserWarning)
 
 
 @dataclasses.dataclass(frozen=True)

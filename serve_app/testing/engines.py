@@ -10,6 +10,9 @@ Faults are triggered by markers in the question:
 * ``[die]``: the engine dies. The request fails with :class:`EngineDeadError`
   and :meth:`ScriptedEngine.check_health` fails from then on, so Serve's health
   check replaces the replica.
+
+A slow start (a large model loading) is scripted with
+``model.engine_args: {start_delay_s: S}``: :meth:`ScriptedEngine.start` sleeps S seconds.
 """
 
 from __future__ import annotations
@@ -34,7 +37,8 @@ class ScriptedEngine(Engine):
     """A weightless engine whose failures are scripted by the question (see module docstring).
 
     Args:
-        config: model settings (only ``max_concurrent_requests`` is used: requests beyond it wait).
+        config: model settings: ``max_concurrent_requests`` (requests beyond it wait) and
+            ``engine_args["start_delay_s"]`` (seconds :meth:`start` takes; default 0).
     """
 
     random_weights = True
@@ -44,9 +48,11 @@ class ScriptedEngine(Engine):
         self._lock = asyncio.Semaphore(config.max_concurrent_requests)
         self._dead: str | None = None
         self._running: dict[str, asyncio.Event] = {}
+        self._start_delay_s = float(config.engine_args.get("start_delay_s", 0.0))
 
     async def start(self) -> None:
-        """Nothing to load."""
+        """Nothing to load; waits ``start_delay_s`` seconds to stand in for loading weights."""
+        await asyncio.sleep(self._start_delay_s)
         logger.info("scripted engine %s started", self.instance)
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:

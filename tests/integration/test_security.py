@@ -55,8 +55,9 @@ def test_every_route_needs_the_key(secure_app, method, path, headers):
     assert r.headers["www-authenticate"] == "Bearer"
 
 
-def test_health_check_needs_no_key(secure_app):
+def test_health_and_readiness_checks_need_no_key(secure_app):
     assert httpx.get(f"{secure_app}/healthz", timeout=30).status_code == 200
+    assert httpx.get(f"{secure_app}/readyz", timeout=30).status_code == 200
 
 
 def test_right_key_works_with_the_openai_client_and_x_api_key(secure_app, key, data_dir):

@@ -204,3 +204,14 @@ def test_settings_refuse_unknown_keys_and_duplicate_cameras(tmp_path):
     assert cams[1].questions == ["Anyone there?"]
     with pytest.raises(ValidationError, match="camera ids must be unique"):
         settings(cameras=[CameraSpec(id="a"), CameraSpec(id="a")])
+
+
+def test_cli_help_states_each_default_once():
+    from loadtest.__main__ import parser
+
+    text = parser().format_help()
+    assert "(default: None)" not in text and "(default: False)" not in text
+    assert "(default: 4)" in text  # --cameras
+    flat = " ".join(text.split())
+    # options whose help states its own default get no second one appended
+    assert "intel_car-detection.mp4) (default" not in flat and "unlimited) (default" not in flat

@@ -44,7 +44,8 @@ def test_paths_resolve_dotdot_and_symlinks_before_the_root_check(tmp_path):
     for bad in ("link.mp4", "../outside/secret.mp4", str(outside / "secret.mp4")):
         with pytest.raises(ForbiddenSourceError, match="outside the allowed roots"):
             resolve_local_path(bad, [str(root)], 10)
-    with pytest.raises(NotFoundError):
+    # A missing file names the root relative paths resolve against (a common mix-up: repo-relative paths).
+    with pytest.raises(NotFoundError, match=f"resolved against the first allowed root, {root.resolve()}"):
         resolve_local_path("missing.mp4", [str(root)], 10)
     with pytest.raises(ForbiddenSourceError, match="disabled"):
         resolve_local_path("ok.mp4", [], 10)
