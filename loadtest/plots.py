@@ -79,11 +79,14 @@ def qps_latency(ax, records: Sequence[RequestRecord], bin_s: float | None = None
     ax.set_xlabel("time since start (s)")
     ax.set_ylabel("requests / s")
     ax2 = ax.twinx()
-    for key, style in (("latency_p50_ms", "-"), ("latency_p95_ms", "--")):
+    # Distinct markers: with one request per bin p50 = p95 and the two would hide each other.
+    for key, style, marker in (("latency_p50_ms", "-", "."), ("latency_p95_ms", "--", "x")):
         y = np.asarray([np.nan if v is None else v / 1000 for v in tl[key]])
-        ax2.plot(t, y, style, color="tab:orange", marker=".", label=key.split("_")[1] + " latency")
+        ax2.plot(t, y, style, color="tab:orange", marker=marker, label=key.split("_")[1] + " latency")
     ax2.set_ylabel("latency (s)")
     ax.set_title(f"QPS and latency over time ({bin_s:g}-s bins)")
+    for a in (ax, ax2):  # headroom above the data for the legend
+        a.set_ylim(0, a.get_ylim()[1] * 1.3)
     h1, l1 = ax.get_legend_handles_labels()
     h2, l2 = ax2.get_legend_handles_labels()
     ax.legend(h1 + h2, l1 + l2, loc="upper left", fontsize=8)
