@@ -253,10 +253,15 @@ class Ingress:
         """Readiness: 200 ``{"status": "ready", "running_replicas": {deployment: n}}`` once every
         deployment of this application has at least one RUNNING replica; before that 503
         (``Retry-After``) naming the deployments without one. Reads Serve's status from the
-        controller, so a busy model replica does not make the application look unready."""
+        controller, so a busy model replica does not make the application look unready. A
+        deployment autoscaled down to zero replicas (``min_replicas: 0``) reads as not ready."""
         rid = request.headers.get("x-request-id") or new_request_id()
         app_name = serve.get_replica_context().app_name
-        status = await asyncio.to_thread(serve.status)
+        try:
+            status = await asyncio.to_thread(serve.status)
+        except Exception as e:  # noqa: BLE001 - the controller is unreachable or restarting
+            logger.warning("readyz: cannot read Serve's status: %r", e)
+            return error_response(NotReadyError("not ready: Serve's controller did not answer", retry_after_s=5), rid)
         app = status.applications.get(app_name)
         running = {
             name: d.replica_states.get("RUNNING", 0) for name, d in (app.deployments.items() if app else [])
