@@ -12,23 +12,69 @@ import uuid
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from starlette.requests import Request
+from starlette.exceptions import HTTPException
+from starlette.formparsers import MultiPartException
+from starlette.requests import ClientDisconnect, Request
 
 from serve_app.config import AppConfig
 from serve_app.decoder import SampleRequest
 from serve_app.engines.base import SamplingOptions
-from serve_app.errors import InvalidRequestError, PayloadTooLargeError, UnsupportedMediaError
+from serve_app.errors import ClientClosedRequestError, InvalidRequestError, PayloadTooLargeError, UnsupportedMediaError
 from serve_app.reasoning import split_reasoning
 from serve_app.sources import ClipSource
 
 #: Multipart overhead allowed on top of the upload limit (boundaries, other fields), in bytes.
 FORM_OVERHEAD_BYTES = 1 << 20
+#: Largest JSON body of ``/v1/video/query`` in bytes: it names the clip, never carries it.
+JSON_BODY_MAX_BYTES = 1 << 20
+#: Largest RNG seed: a signed 64-bit integer, as torch's and vLLM's generators take it.
+MAX_SEED = 2**63 - 1
+
+
+async def read_body(request: Request, max_bytes: int) -> bytes:
+    """The request body, read in chunks and refused past ``max_bytes`` (declared or actual).
+
+    Raises:
+        PayloadTooLargeError (413): ``Content-Length`` or the bytes received exceed ``max_bytes``.
+        ClientClosedRequestError (499): the client disconnected before the body was read.
+    """
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > max_bytes:
+        raise PayloadTooLargeError(f"request body is {int(declared)} bytes; the limit is {max_bytes} bytes")
+    parts: list[bytes] = []
+    size = 0
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > max_bytes:
+                raise PayloadTooLargeError(f"request body exceeds the limit of {max_bytes} bytes")
+            parts.append(chunk)
+    except ClientDisconnect:
+        raise ClientClosedRequestError("the client disconnected while sending the request body") from None
+    return b"".join(parts)
+
+
+def parse_json_object(raw: bytes) -> dict[str, Any]:
+    """A JSON request body that must be an object.
+
+    Raises:
+        InvalidRequestError (400): not UTF-8 JSON, nested too deeply to parse, or not an object.
+    """
+    try:
+        body = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise InvalidRequestError(f"request body is not valid JSON ({e})") from None
+    except RecursionError:
+        raise InvalidRequestError("request body is not valid JSON (nested too deeply)") from None
+    if not isinstance(body, dict):
+        raise InvalidRequestError("JSON body must be an object")
+    return body
 
 
 class QueryRequest(BaseModel):
     """Fields of a clip query (multipart form fields or JSON keys)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     question: str = Field(..., min_length=1, description="The question about the clip.")
     video_path: str | None = Field(None, description="JSON only: a file under an allowed root.")
@@ -47,7 +93,7 @@ class QueryRequest(BaseModel):
     temperature: float | None = Field(None, ge=0, le=2, description="Sampling temperature.")
     top_p: float | None = Field(None, gt=0, le=1, description="Nucleus sampling mass.")
     repetition_penalty: float | None = Field(None, gt=0, le=2, description="Repetition penalty.")
-    seed: int | None = Field(None, description="RNG seed.")
+    seed: int | None = Field(None, ge=0, le=MAX_SEED, description="RNG seed (0 … 2**63 - 1).")
     ignore_eos: bool = Field(False, description="Benchmark-only; needs model.allow_ignore_eos.")
     stream: bool = Field(False, description="Stream the answer as server-sent events.")
     camera_id: str | None = Field(None, max_length=128, description="Camera label for logs and metrics.")
@@ -97,9 +143,11 @@ async def parse_query(request: Request, config: AppConfig) -> tuple[QueryRequest
     """Reads a ``/v1/video/query`` request into validated fields and a clip source.
 
     Raises:
-        InvalidRequestError (400): bad JSON, missing ``question``/clip, both clip kinds given.
-        PayloadTooLargeError (413): the upload exceeds ``limits.max_upload_bytes``.
+        InvalidRequestError (400): bad JSON or multipart, missing ``question``/clip, both clip kinds given.
+        PayloadTooLargeError (413): the upload exceeds ``limits.max_upload_bytes``, or a JSON
+            body exceeds :data:`JSON_BODY_MAX_BYTES`.
         UnsupportedMediaError (415): neither multipart/form-data nor JSON.
+        ClientClosedRequestError (499): the client disconnected mid-body.
     """
     ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
     max_bytes = config.limits.max_upload_bytes
@@ -110,11 +158,13 @@ async def parse_query(request: Request, config: AppConfig) -> tuple[QueryRequest
         )
     if ctype == "application/json":
         try:
-            fields = json.loads(await request.body())
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise InvalidRequestError(f"request body is not valid JSON ({e})") from None
-        if not isinstance(fields, dict):
-            raise InvalidRequestError("JSON body must be an object")
+            raw = await read_body(request, JSON_BODY_MAX_BYTES)
+        except PayloadTooLargeError as e:
+            raise PayloadTooLargeError(
+                f"{e.message} (JSON only names the clip: upload it as multipart field 'video', or "
+                "send video_path or video_url)"
+            ) from None
+        fields = parse_json_object(raw)
         q = validate_query(fields, config)
         if q.video_path and q.video_url:
             raise InvalidRequestError("give either video_path or video_url, not both", param="video_url")
@@ -127,7 +177,17 @@ async def parse_query(request: Request, config: AppConfig) -> tuple[QueryRequest
             )
         return q, ClipSource(path=q.video_path, name=q.video_path)
     if ctype == "multipart/form-data":
-        form = await request.form(max_files=1, max_fields=32)
+        try:
+            form = await request.form(max_files=1, max_fields=32)
+        except ClientDisconnect:
+            raise ClientClosedRequestError("the client disconnected while uploading") from None
+        except (HTTPException, MultiPartException) as e:  # Starlette: no boundary, bad parts, too many parts
+            detail = e.detail if isinstance(e, HTTPException) else e.message
+            raise InvalidRequestError(
+                f"malformed multipart body: {detail} (send one file part 'video' and at most 31 text fields, "
+                "each under 1 MB)",
+                param="video",
+            ) from None
         try:
             fields: dict[str, Any] = {}
             upload = None

@@ -92,6 +92,13 @@ class NotReadyError(OverloadedError):
     type = "not_ready"
 
 
+class ClientClosedRequestError(ServeAppError):
+    """499 (nginx's convention): the client disconnected before its request was read; nobody
+    receives the response, but logs and metrics must not count it as a server error (500)."""
+
+    status, type = 499, "client_closed_request"
+
+
 class UpstreamTimeoutError(ServeAppError):
     """504: a source (camera, URL) or a processing stage exceeded its time limit."""
 

@@ -40,7 +40,7 @@ DATA_MEDIA_PREFIXES = ("video/", "application/octet-stream")
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class VideoURL(_Strict):
@@ -82,7 +82,7 @@ class ChatCompletionRequest(_Strict):
     max_completion_tokens: int | None = Field(None, ge=1, description="Output budget in tokens.")
     temperature: float | None = Field(None, ge=0, le=2, description="Sampling temperature.")
     top_p: float | None = Field(None, gt=0, le=1, description="Nucleus sampling mass.")
-    seed: int | None = Field(None, description="RNG seed.")
+    seed: int | None = Field(None, ge=0, le=2**63 - 1, description="RNG seed (0 … 2**63 - 1).")
     n: Literal[1] = Field(1, description="Number of choices: only 1 is served.")
     stop: str | list[str] | None = Field(None, description="Stop sequences: not supported (must be empty).")
     user: str | None = Field(None, max_length=256, description="End-user label (logged).")

@@ -60,6 +60,15 @@ class ClipSource:
         return "video_path" if self.path is not None else "video_url"
 
 
+#: Longest ``video_path`` accepted, in characters (Linux's PATH_MAX).
+MAX_PATH_CHARS = 4096
+
+
+def _shown(path: str, limit: int = 200) -> str:
+    """``path`` for messages and logs: repr'd, cut to ``limit`` characters."""
+    return repr(path if len(path) <= limit else path[:limit] + "…")
+
+
 def resolve_local_path(path: str, allowed_roots: list[str], max_bytes: int) -> Path:
     """Resolves ``path`` and checks it lies inside an allowed root.
 
@@ -78,29 +87,41 @@ def resolve_local_path(path: str, allowed_roots: list[str], max_bytes: int) -> P
         ForbiddenSourceError (403): no roots configured, or the path resolves outside them.
         NotFoundError (404): no such file under an allowed root.
         PayloadTooLargeError (413): the file exceeds ``max_bytes``.
-        InvalidRequestError (400): empty path.
+        InvalidRequestError (400): empty, longer than :data:`MAX_PATH_CHARS`, not resolvable
+            (a name too long for the file system, a symlink loop), or not a regular file.
     """
     if not path or "\x00" in path:
         raise InvalidRequestError("video_path is empty or contains a NUL byte", param="video_path")
+    if len(path) > MAX_PATH_CHARS:
+        raise InvalidRequestError(
+            f"video_path is {len(path)} characters; the limit is {MAX_PATH_CHARS}", param="video_path"
+        )
     if not allowed_roots:
         raise ForbiddenSourceError(
             "local file paths are disabled on this server (sources.allowed_roots is empty)", param="video_path"
         )
     roots = [Path(r).resolve() for r in allowed_roots]
     p = Path(path)
-    candidate = (p if p.is_absolute() else roots[0] / p).resolve()
-    if not any(candidate == r or r in candidate.parents for r in roots):
-        raise ForbiddenSourceError(
-            f"video_path {path!r} is outside the allowed roots ({', '.join(map(str, roots))})",
-            param="video_path",
-        )
-    if not candidate.is_file():
+    try:
+        candidate = (p if p.is_absolute() else roots[0] / p).resolve()
+        if not any(candidate == r or r in candidate.parents for r in roots):
+            raise ForbiddenSourceError(
+                f"video_path {_shown(path)} is outside the allowed roots ({', '.join(map(str, roots))})",
+                param="video_path",
+            )
+        exists, regular = candidate.exists(), candidate.is_file()
+        size = os.stat(candidate).st_size if regular else 0
+    except (OSError, RuntimeError) as e:  # ENAMETOOLONG, ELOOP (RuntimeError: symlink loop in resolve)
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise InvalidRequestError(f"video_path {_shown(path)} cannot be resolved ({reason})", param="video_path") from None
+    if not exists:
         raise NotFoundError(
-            f"video_path {path!r}: no such file (relative paths are resolved against the first allowed root, "
-            f"{roots[0]}; allowed roots: {', '.join(map(str, roots))})",
+            f"video_path {_shown(path)}: no such file (relative paths are resolved against the first allowed "
+            f"root, {roots[0]}; allowed roots: {', '.join(map(str, roots))})",
             param="video_path",
         )
-    size = os.stat(candidate).st_size
+    if not regular:
+        raise InvalidRequestError(f"video_path {_shown(path)} is not a regular file", param="video_path")
     if size > max_bytes:
         raise PayloadTooLargeError(
             f"video file is {size} bytes; the limit is {max_bytes} bytes", param="video_path"

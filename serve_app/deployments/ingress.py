@@ -44,7 +44,9 @@ from serve_app.api import (
     FORM_OVERHEAD_BYTES,
     QueryRequest,
     new_request_id,
+    parse_json_object,
     parse_query,
+    read_body,
     query_response,
     sample_request,
     sampling_options,
@@ -54,12 +56,11 @@ from serve_app.config import AppConfig
 from serve_app.errors import (
     AuthenticationError,
     ErrorInfo,
-    InvalidRequestError,
     NotFoundError,
     NotReadyError,
     OverloadedError,
-    PayloadTooLargeError,
     ServeAppError,
+    UnsupportedMediaError,
     UpstreamTimeoutError,
     internal_error,
     to_http,
@@ -136,21 +137,6 @@ def _sse(obj) -> bytes:
     return f"data: {data}\n\n".encode()
 
 
-async def _read_body(request: Request, max_bytes: int) -> bytes:
-    """The request body, refused past ``max_bytes`` (declared or actual) with 413."""
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > max_bytes:
-        raise PayloadTooLargeError(f"request body is {int(declared)} bytes; the limit is {max_bytes} bytes")
-    parts: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > max_bytes:
-            raise PayloadTooLargeError(f"request body exceeds the limit of {max_bytes} bytes")
-        parts.append(chunk)
-    return b"".join(parts)
-
-
 class _Pipeline:
     """One request's run through decoder and model: first chunk, then the rest under a deadline."""
 
@@ -215,7 +201,10 @@ class Ingress:
             if exc.status_code == 404:
                 return error_response(NotFoundError(f"no route {request.method} {request.url.path}"), rid)
             info = ErrorInfo(exc.status_code, "invalid_request_error", str(exc.detail))
-            return error_response(info, rid)
+            response = error_response(info, rid)
+            for name, value in (exc.headers or {}).items():  # e.g. 405's Allow
+                response.headers[name] = value
+            return response
 
         async def reject(scope, receive, send, err: AuthenticationError) -> None:
             headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
@@ -418,13 +407,10 @@ class Ingress:
         cfg = self.config
         ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if ctype != "application/json":
-            raise InvalidRequestError(f"content type {ctype or '(none)'!r}: send application/json")
+            raise UnsupportedMediaError(f"content type {ctype or '(none)'!r} is not supported: send application/json")
         # A data: URL carries the clip in base64: 4 bytes per 3.
-        raw = await _read_body(request, cfg.limits.max_upload_bytes * 4 // 3 + FORM_OVERHEAD_BYTES)
-        try:
-            body = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise InvalidRequestError(f"request body is not valid JSON ({e})") from None
+        raw = await read_body(request, cfg.limits.max_upload_bytes * 4 // 3 + FORM_OVERHEAD_BYTES)
+        body = parse_json_object(raw)
         chat = openai_api.parse_chat_request(body, cfg)
         ctx["camera"] = chat.query.camera_id or ctx["camera"]
         source = openai_api.clip_source(chat.video_url, cfg)

@@ -97,6 +97,57 @@ def test_bad_requests_get_the_error_shape(cpu_app, kwargs, status, param):
     assert set(err) == {"type", "message", "param"} and err["param"] == param and err["message"]
 
 
+def _multipart(parts: list[tuple[str, str | None, bytes]], boundary: str = "b0undary") -> bytes:
+    out = b""
+    for name, filename, data in parts:
+        disp = f'form-data; name="{name}"' + (f'; filename="{filename}"' if filename else "")
+        out += f"--{boundary}\r\nContent-Disposition: {disp}\r\n\r\n".encode() + data + b"\r\n"
+    return out + f"--{boundary}--\r\n".encode()
+
+
+CLIP_PART = ("video", "a.mp4", b"\x00" * 100)
+MP = "multipart/form-data; boundary=b0undary"
+
+
+@pytest.mark.parametrize(
+    "ctype,body,words",
+    [
+        ("multipart/form-data", b"--x\r\n", "boundary"),
+        (MP, b"garbage", "malformed multipart"),
+        (MP, _multipart([CLIP_PART, ("video", "b.mp4", b"\x00" * 100), ("question", None, b"q")]), "files"),
+        (MP, _multipart([CLIP_PART] + [(f"f{i}", None, b"x") for i in range(40)]), "fields"),
+        (MP, _multipart([CLIP_PART, ("question", None, b"q" * 3_000_000)]), "size"),
+    ],
+)
+def test_malformed_multipart_is_400_not_500(cpu_app, data_dir, ctype, body, words):
+    r = httpx.post(f"{cpu_app}/v1/video/query", content=body, headers={"content-type": ctype}, timeout=60)
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["type"] == "invalid_request_error" and err["param"] == "video" and words in err["message"].lower()
+    assert post_clip(cpu_app, data_dir / "dashcam_0p4s.mp4", max_tokens=2).status_code == 200
+
+
+def test_a_chunked_json_body_is_capped_while_it_streams_in(cpu_app):
+    # No Content-Length (chunked): the cap applies to the bytes received (was read whole: 600 MB took 200).
+    def chunks():
+        for _ in range(64):
+            yield b" " * 65536  # 4 MiB of JSON whitespace in all
+        yield b'{"question": "q", "video_path": "dashcam_0p4s.mp4"}'
+
+    r = httpx.post(f"{cpu_app}/v1/video/query", content=chunks(), timeout=60,
+                   headers={"content-type": "application/json"})  # fmt: skip
+    assert r.status_code == 413, r.text
+    assert "1048576" in r.json()["error"]["message"] and "multipart" in r.json()["error"]["message"]
+
+
+def test_wrong_method_is_405_with_allow_and_wrong_content_type_is_415_on_both_routes(cpu_app):
+    r = httpx.get(f"{cpu_app}/v1/video/query", timeout=30)
+    assert r.status_code == 405 and r.headers["allow"] == "POST" and r.json()["error"]["message"]
+    for route in ("/v1/video/query", "/v1/chat/completions"):
+        r = httpx.post(f"{cpu_app}{route}", content=b"x", headers={"content-type": "text/plain"}, timeout=30)
+        assert r.status_code == 415 and r.json()["error"]["type"] == "unsupported_media_type", r.text
+
+
 def test_unknown_route_uses_the_error_shape(cpu_app):
     r = httpx.get(f"{cpu_app}/v1/nothing", timeout=30)
     assert r.status_code == 404 and r.json()["error"]["type"] == "not_found"

@@ -55,12 +55,50 @@ def test_recipe_sampling_defaults_and_overrides():
         ({"question": "q", "start_s": "5", "end_s": "4"}, "end_s"),
         ({"question": "q", "ignore_eos": "true"}, "ignore_eos"),
         ({"question": "q", "colour": "red"}, "colour"),
+        ({"question": "q", "seed": 2**70}, "seed"),  # past int64: torch.manual_seed would overflow (was a 500)
+        ({"question": "q", "seed": -1}, "seed"),
+        ({"question": "q", "fps": "NaN"}, "fps"),
+        ({"question": "q", "end_s": float("inf")}, "end_s"),
     ],
 )
 def test_bad_fields_are_400_naming_the_field(fields, param):
     with pytest.raises(InvalidRequestError) as e:
         validate_query(fields, AppConfig())
     assert e.value.param == param and e.value.status == 400
+    if param in ("fps", "end_s") and fields.get(param) in ("NaN", float("inf")):
+        assert "finite number" in e.value.message, e.value.message
+    if param == "seed":  # names the limit it broke
+        limit = str(2**63 - 1) if fields["seed"] > 0 else "equal to 0"
+        assert limit in e.value.message, e.value.message
+
+
+def test_json_bodies_nested_too_deeply_or_not_objects_are_400():
+    from serve_app.api import parse_json_object
+
+    for raw, words in ((b"{\"a\":" + b"[" * 100_000 + b"]" * 100_000 + b"}", "nested too deeply"),
+                       (b"[1, 2]", "must be an object"), (b"\xff", "not valid JSON")):
+        with pytest.raises(InvalidRequestError, match=words):
+            parse_json_object(raw)
+    assert parse_json_object(b'{"question": "q"}') == {"question": "q"}
+
+
+def test_a_client_that_disconnects_mid_body_is_499_not_500():
+    import asyncio
+
+    from starlette.requests import Request
+
+    from serve_app.api import read_body
+    from serve_app.errors import ClientClosedRequestError
+
+    messages = [{"type": "http.request", "body": b'{"que', "more_body": True}, {"type": "http.disconnect"}]
+
+    async def receive():
+        return messages.pop(0)
+
+    request = Request({"type": "http", "method": "POST", "headers": []}, receive)
+    with pytest.raises(ClientClosedRequestError) as e:
+        asyncio.run(read_body(request, 1 << 20))
+    assert to_http(e.value)[0] == 499
 
 
 def test_error_shape_and_retry_after():
@@ -86,6 +124,28 @@ def test_local_paths_stay_inside_allowed_roots(tmp_path):
         resolve_local_path("missing.mp4", [str(root)], 10)
     with pytest.raises(ForbiddenSourceError, match="disabled"):
         resolve_local_path("a.mp4", [], 10)
+
+
+def test_unresolvable_or_irregular_local_paths_are_400_not_500(tmp_path):
+    import os
+
+    root = tmp_path / "clips"
+    root.mkdir()
+    (root / "loop1").symlink_to(root / "loop2")
+    (root / "loop2").symlink_to(root / "loop1")
+    os.mkfifo(root / "pipe.mp4")
+    (root / "dir.mp4").mkdir()
+    cases = [
+        ("a" * 300, "cannot be resolved"),  # one name longer than NAME_MAX (was OSError → 500)
+        ("loop1", "cannot be resolved"),  # a symlink loop (was OSError → 500)
+        ("pipe.mp4", "not a regular file"),
+        ("dir.mp4", "not a regular file"),
+        ("a/" * 2100, "the limit is 4096"),
+    ]
+    for path, words in cases:
+        with pytest.raises(InvalidRequestError, match=words) as e:
+            resolve_local_path(path, [str(root)], 10)
+        assert e.value.status == 400 and e.value.param == "video_path" and len(e.value.message) < 400
 
 
 def test_override_derives_a_validated_config():

@@ -50,6 +50,8 @@ def test_text_parts_join_into_the_question():
         ({"stop": ["\n"]}, "stop"),
         ({"logit_bias": {}}, "logit_bias"),
         ({"max_tokens": 10**6}, "max_tokens"),
+        ({"seed": 2**64}, "seed"),
+        ({"temperature": float("nan")}, "temperature"),
         ({"max_tokens": 5, "max_completion_tokens": 6}, "max_completion_tokens"),
         ({"end_s": 1, "start_s": 2}, "end_s"),
         ({"messages": [{"role": "system", "content": "be terse"}, {"role": "user", "content": "hi"}]}, "messages.0.role"),
