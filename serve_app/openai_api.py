@@ -341,9 +341,11 @@ def chat_chunk(
     return chunk
 
 
+def model_card(model: str, created: int | None = None) -> dict:
+    """``GET /v1/models/{model}``: OpenAI's model object (``created`` in Unix seconds)."""
+    return {"id": model, "object": "model", "created": int(created or time.time()), "owned_by": "cosmos-serve"}
+
+
 def models_list(model: str, created: int | None = None) -> dict:
     """``GET /v1/models``: the one served model."""
-    return {
-        "object": "list",
-        "data": [{"id": model, "object": "model", "created": int(created or time.time()), "owned_by": "cosmos-serve"}],
-    }
+    return {"object": "list", "data": [model_card(model, created)]}

@@ -6,7 +6,7 @@ Routes:
   * ``POST /v1/chat/completions``: the OpenAI-compatible route (see
     :mod:`serve_app.openai_api`): ``chat.completion`` or ``chat.completion.chunk``
     events ending with ``data: [DONE]``.
-  * ``GET /v1/models``: the served model, OpenAI's shape.
+  * ``GET /v1/models``, ``GET /v1/models/{model}``: the served model, OpenAI's shapes.
   * ``GET /healthz``: liveness of the ingress (never needs the API key).
   * ``GET /readyz``: readiness: 200 once every deployment of the application has a
     running replica, else 503 naming those still starting (never needs the API key).
@@ -221,6 +221,7 @@ class Ingress:
                 Route(QUERY_ROUTE, self.video_query, methods=["POST"]),
                 Route(CHAT_ROUTE, self.chat_completions, methods=["POST"]),
                 Route(MODELS_ROUTE, self.models, methods=["GET"]),
+                Route(MODELS_ROUTE + "/{model:path}", self.model_card, methods=["GET"]),
                 Route(HEALTH_ROUTE, self.healthz, methods=["GET"]),
                 Route(READY_ROUTE, self.readyz, methods=["GET"]),
             ],
@@ -265,6 +266,16 @@ class Ingress:
     async def models(self, request: Request) -> Response:
         """``GET /v1/models``: the served model (OpenAI's list shape)."""
         return JSONResponse(openai_api.models_list(self.config.model.name, self.started))
+
+    async def model_card(self, request: Request) -> Response:
+        """``GET /v1/models/{model}``: the served model's object, or 404 naming the served model."""
+        name = request.path_params["model"]
+        if name != self.config.model.name:
+            rid = request.headers.get("x-request-id") or new_request_id()
+            err = NotFoundError(f"model {name[:200]!r} is not served here; this server serves {self.config.model.name!r}",
+                                param="model")  # fmt: skip
+            return error_response(err, rid)
+        return JSONResponse(openai_api.model_card(self.config.model.name, self.started))
 
     # --- the pipeline -----------------------------------------------------------------------------
 

@@ -30,6 +30,9 @@ def messages(url, question=QUESTION):
 def test_models_lists_the_served_model(client):
     models = client.models.list()
     assert [m.id for m in models.data] == [MODEL]
+    assert client.models.retrieve(MODEL).id == MODEL
+    with pytest.raises(openai.NotFoundError, match=MODEL):
+        client.models.retrieve("gpt-4o")
 
 
 def test_data_url_clip_gets_a_chat_completion_with_usage(client, data_url):
