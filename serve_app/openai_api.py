@@ -216,6 +216,12 @@ def _user_turn(messages: list[ChatMessage]) -> tuple[str, str]:
     return question, videos[0]
 
 
+#: The request field a chat request's clip errors name (the user message's video_url part).
+VIDEO_URL_PARAM = "messages.0.content.video_url"
+#: Params of clip errors raised by the shared pipeline (decoder, sources), in /v1/video/query terms.
+CLIP_PARAMS = frozenset({"video", "video_path", "video_url"})
+
+
 def clip_source(video_url: str, config: AppConfig) -> ClipSource:
     """The :class:`ClipSource` of a ``video_url``.
 
@@ -228,7 +234,7 @@ def clip_source(video_url: str, config: AppConfig) -> ClipSource:
             unknown scheme, or a network URL on a server without URL support.
         PayloadTooLargeError (413): the decoded clip would exceed ``limits.max_upload_bytes``.
     """
-    param = "messages.0.content.video_url"
+    param = VIDEO_URL_PARAM
     if video_url.startswith("data:"):
         return ClipSource(data=_data_url_bytes(video_url, config.limits.max_upload_bytes, param), name="data-url")
     scheme = urlparse(video_url).scheme.lower()

@@ -426,7 +426,12 @@ class Ingress:
         ctx["camera"] = chat.query.camera_id or ctx["camera"]
         source = openai_api.clip_source(chat.video_url, cfg)
         del raw, body
-        run = await self._start(rid, source, chat.query, t0)
+        try:
+            run = await self._start(rid, source, chat.query, t0)
+        except ServeAppError as e:  # the pipeline names its clip fields in /v1/video/query terms
+            if e.param in openai_api.CLIP_PARAMS:
+                e.param = openai_api.VIDEO_URL_PARAM
+            raise
         cid, created = f"chatcmpl-{rid}", int(time.time())
         if chat.query.stream:
             stream = self._chat_stream(rid, cid, created, run, chat.include_usage)

@@ -93,6 +93,7 @@ def test_path_traversal_through_the_openai_route_is_refused(cpu_app, url, status
     r = httpx.post(f"{cpu_app}/v1/chat/completions", json=chat_body(url), timeout=60)
     assert r.status_code == status, r.text
     assert r.json()["error"]["type"] == {403: "forbidden_source", 404: "not_found"}[status]
+    assert r.json()["error"]["param"] == "messages.0.content.video_url"
 
 
 def test_path_outside_roots_is_403_naming_the_rule(cpu_app):
@@ -119,7 +120,9 @@ URL_SOURCES = "url" in {f.name for f in dataclasses.fields(ClipSource)}
 def test_private_address_urls_through_the_openai_route_are_refused(cpu_app, url):
     r = httpx.post(f"{cpu_app}/v1/chat/completions", json=chat_body(url), timeout=60)
     assert r.status_code == 403, r.text
+    # the error names the chat request's field, not /v1/video/query's video_url
     assert r.json()["error"]["type"] == "forbidden_source"
+    assert r.json()["error"]["param"] == "messages.0.content.video_url"
 
 
 def test_unknown_url_scheme_is_400(cpu_app):
