@@ -113,7 +113,9 @@ def resolve_local_path(path: str, allowed_roots: list[str], max_bytes: int) -> P
         size = os.stat(candidate).st_size if regular else 0
     except (OSError, RuntimeError) as e:  # ENAMETOOLONG, ELOOP (RuntimeError: symlink loop in resolve)
         reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-        raise InvalidRequestError(f"video_path {_shown(path)} cannot be resolved ({reason})", param="video_path") from None
+        raise InvalidRequestError(
+            f"video_path {_shown(path)} cannot be resolved ({reason})", param="video_path"
+        ) from None
     if not exists:
         raise NotFoundError(
             f"video_path {_shown(path)}: no such file (relative paths are resolved against the first allowed "

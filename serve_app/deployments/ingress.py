@@ -251,7 +251,8 @@ class Ingress:
             status = await asyncio.to_thread(serve.status)
         except Exception as e:  # noqa: BLE001 - the controller is unreachable or restarting
             logger.warning("readyz: cannot read Serve's status: %r", e)
-            return error_response(NotReadyError("not ready: Serve's controller did not answer", retry_after_s=5), rid)
+            err = NotReadyError("not ready: Serve's controller did not answer", retry_after_s=5)
+            return error_response(err, rid)
         app = status.applications.get(app_name)
         running = {
             name: d.replica_states.get("RUNNING", 0) for name, d in (app.deployments.items() if app else [])
