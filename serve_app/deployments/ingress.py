@@ -273,8 +273,8 @@ class Ingress:
         name = request.path_params["model"]
         if name != self.config.model.name:
             rid = request.headers.get("x-request-id") or new_request_id()
-            err = NotFoundError(f"model {name[:200]!r} is not served here; this server serves {self.config.model.name!r}",
-                                param="model")  # fmt: skip
+            served = self.config.model.name
+            err = NotFoundError(f"model {name[:200]!r} is not served here; this server serves {served!r}", param="model")
             return error_response(err, rid)
         return JSONResponse(openai_api.model_card(self.config.model.name, self.started))
 
