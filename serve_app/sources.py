@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
-import os
+import stat
 import socket
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -109,24 +109,25 @@ def resolve_local_path(path: str, allowed_roots: list[str], max_bytes: int) -> P
                 f"video_path {_shown(path)} is outside the allowed roots ({', '.join(map(str, roots))})",
                 param="video_path",
             )
-        exists, regular = candidate.exists(), candidate.is_file()
-        size = os.stat(candidate).st_size if regular else 0
+        info = candidate.stat()
+    except FileNotFoundError:
+        info = None
     except (OSError, RuntimeError) as e:  # ENAMETOOLONG, ELOOP (RuntimeError: symlink loop in resolve)
         reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
         raise InvalidRequestError(
             f"video_path {_shown(path)} cannot be resolved ({reason})", param="video_path"
         ) from None
-    if not exists:
+    if info is None:
         raise NotFoundError(
             f"video_path {_shown(path)}: no such file (relative paths are resolved against the first allowed "
             f"root, {roots[0]}; allowed roots: {', '.join(map(str, roots))})",
             param="video_path",
         )
-    if not regular:
+    if not stat.S_ISREG(info.st_mode):
         raise InvalidRequestError(f"video_path {_shown(path)} is not a regular file", param="video_path")
-    if size > max_bytes:
+    if info.st_size > max_bytes:
         raise PayloadTooLargeError(
-            f"video file is {size} bytes; the limit is {max_bytes} bytes", param="video_path"
+            f"video file is {info.st_size} bytes; the limit is {max_bytes} bytes", param="video_path"
         )
     return candidate
 
