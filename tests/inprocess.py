@@ -122,12 +122,13 @@ async def inprocess_app(args: dict):
             stack.enter_context(mock.patch.object(metrics_module, name, _NoMetric))
         decoder = await _construct(VideoDecoder.func_or_class, cfg)
         model = await _construct(VideoModel.func_or_class, cfg)
-        ingress_cls = Ingress.func_or_class
+        # The class as written, not Serve's ASGI wrapper around it (whose async __del__ the GC would call).
+        ingress_cls = next(c for c in Ingress.func_or_class.__mro__ if "__serve_build_asgi_app__" in vars(c))
         ingress = await _construct(ingress_cls, cfg, FakeHandle(decoder), FakeHandle(model))
         try:
             yield ingress.__serve_build_asgi_app__(), model
         finally:
-            shutdown = getattr(model, "__del__", None)
-            if shutdown is not None and asyncio.iscoroutinefunction(shutdown):
-                await shutdown()
+            stopping = model.__del__()  # as Serve does when the replica stops: call, await what it returns
+            if stopping is not None:
+                await stopping
             decoder._pool.shutdown(wait=False)
