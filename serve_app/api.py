@@ -1,4 +1,9 @@
-"""The HTTP API's request and response shapes (Ray-free; used by the ingress).
+"""The ``/v1/video/query`` request and response shapes (Ray-free; used by :mod:`serve_app.serving`).
+
+Requests: :class:`QueryRequest` (its clip and sampling fields, :class:`ClipQueryFields`,
+are shared with the chat route), read by :func:`parse_query`. Responses are pydantic
+models: :class:`QueryResponse`, and the stream's :class:`QueryClipEvent`,
+:class:`QueryDeltaEvent` and :class:`QueryDoneEvent`.
 
 ``POST /v1/video/query`` takes either ``multipart/form-data`` with a
 ``video`` file part, or ``application/json`` with ``video_path`` or

@@ -14,16 +14,14 @@ import time
 
 from pydantic import BaseModel
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
 from serve_app import openai_api
 from serve_app.api import FORM_OVERHEAD_BYTES, parse_json_object, read_body
 from serve_app.errors import ErrorInfo, ServeAppError, UnsupportedMediaError, error_body
 from serve_app.openai_api import ChatCompletion, ChatCompletionChunk, ChoiceDelta, ChunkChoice, CompletionUsage
 from serve_app.protocol import Delta, Done
-from serve_app.serving.context import RequestContext, RouteRunner
-from serve_app.serving.query import json_response
-from serve_app.serving.sse import sse_stream
+from serve_app.serving.context import RequestContext, RouteRunner, json_response
 
 ROUTE = "/v1/chat/completions"
 
@@ -97,17 +95,8 @@ class ChatServing:
         completion_id, created = f"chatcmpl-{ctx.request_id}", int(time.time())
         if chat.query.stream:
             encoder = ChatEncoder(completion_id, created, run.info.model, chat.include_usage)
-            stream = sse_stream(
-                run,
-                encoder,
-                error_of=lambda e: self.runner.error_of(e, ctx),
-                count_error=lambda t: self.runner.metrics.error(ROUTE, t),
-            )
-            return StreamingResponse(stream, media_type="text/event-stream")
-        try:
-            text, done = await run.collect()
-        finally:
-            run.cancel()
+            return self.runner.stream(ROUTE, ctx, run, encoder)
+        text, done = await self.runner.collect(run)
         completion = ChatCompletion.build(
             completion_id=completion_id, created=created, model=run.info.model, done=done, text=text
         )

@@ -16,15 +16,17 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from pydantic import BaseModel
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from serve_app.api import ClipQueryFields, sample_request, sampling_options
 from serve_app.config import AppConfig
 from serve_app.errors import ErrorInfo, ServeAppError, error_body, error_value
 from serve_app.pipeline import ClipRun, client_error, start_run
-from serve_app.protocol import ClipQuestion, ClipSource
+from serve_app.protocol import ClipQuestion, ClipSource, Done
 from serve_app.serving.request_id import request_id_of
+from serve_app.serving.sse import StreamEncoder, sse_stream
 
 logger = logging.getLogger("ray.serve")
 
@@ -34,6 +36,11 @@ def error_response(err: ServeAppError | ErrorInfo) -> JSONResponse:
     (e.g. ``Retry-After``). The ``X-Request-Id`` header is Serve's proxy's."""
     info = error_value(err)
     return JSONResponse(error_body(info).model_dump(), status_code=info.status, headers=dict(info.headers))
+
+
+def json_response(body: BaseModel) -> Response:
+    """A pydantic body as an ``application/json`` response (status 200)."""
+    return Response(body.model_dump_json(), media_type="application/json")
 
 
 @dataclasses.dataclass
@@ -115,3 +122,22 @@ class RouteRunner:
             question=ClipQuestion(ctx.request_id, question, sampling_options(fields, cfg)),
             deadline=asyncio.get_running_loop().time() + remaining_s,
         )
+
+    def stream(self, route: str, ctx: RequestContext, run: ClipRun, encoder: StreamEncoder) -> StreamingResponse:
+        """``run`` as server-sent events (:func:`serve_app.serving.sse.sse_stream`), errors counted for ``route``."""
+        events = sse_stream(
+            run,
+            encoder,
+            error_of=lambda e: self.error_of(e, ctx),
+            count_error=lambda error_type: self.metrics.error(route, error_type),
+        )
+        return StreamingResponse(events, media_type="text/event-stream")
+
+    @staticmethod
+    async def collect(run: ClipRun) -> tuple[str, Done]:
+        """The whole answer of ``run`` (see :meth:`ClipRun.collect`); the run is cancelled on any exit
+        (a no-op once finished; on an error or a client that went away, it stops the generation)."""
+        try:
+            return await run.collect()
+        finally:
+            run.cancel()

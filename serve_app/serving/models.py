@@ -7,8 +7,7 @@ from starlette.responses import Response
 
 from serve_app.errors import NotFoundError
 from serve_app.openai_api import ModelCard, ModelList
-from serve_app.serving.context import error_response
-from serve_app.serving.query import json_response
+from serve_app.serving.context import error_response, json_response
 
 ROUTE = "/v1/models"
 

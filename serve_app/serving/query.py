@@ -10,21 +10,15 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
 from serve_app.api import QueryClipEvent, QueryDeltaEvent, QueryDoneEvent, QueryResponse, parse_query
 from serve_app.errors import ErrorEvent, ErrorInfo, error_body
 from serve_app.pipeline import ClipRun
 from serve_app.protocol import Delta, Done
-from serve_app.serving.context import RequestContext, RouteRunner
-from serve_app.serving.sse import sse_stream
+from serve_app.serving.context import RequestContext, RouteRunner, json_response
 
 ROUTE = "/v1/video/query"
-
-
-def json_response(body: BaseModel) -> Response:
-    """A pydantic body as an ``application/json`` response (status 200)."""
-    return Response(body.model_dump_json(), media_type="application/json")
 
 
 class QueryEncoder:
@@ -67,15 +61,6 @@ class QueryServing:
         ctx.camera = q.camera_id or ctx.camera
         run = await self.runner.start(ctx, source, q.question, q)
         if q.stream:
-            stream = sse_stream(
-                run,
-                QueryEncoder(ctx, run),
-                error_of=lambda e: self.runner.error_of(e, ctx),
-                count_error=lambda t: self.runner.metrics.error(ROUTE, t),
-            )
-            return StreamingResponse(stream, media_type="text/event-stream")
-        try:
-            text, done = await run.collect()
-        finally:
-            run.cancel()  # no-op when finished; cancels on error or client disconnect
+            return self.runner.stream(ROUTE, ctx, run, QueryEncoder(ctx, run))
+        text, done = await self.runner.collect(run)
         return json_response(QueryResponse.build(ctx.request_id, run.info, text, done, ctx.elapsed_ms()))
