@@ -25,6 +25,26 @@ TEST_API_KEY_ENV = "COSMOS_SERVE_TEST_API_KEY"
 METRICS_PORT_ENV = "COSMOS_SERVE_TEST_METRICS_PORT"
 
 
+#: Marker applied to every test collected under each directory of ``tests/`` (strict markers stay on:
+#: a test outside these folders gets no marker, and an unknown one fails the run).
+PATH_MARKERS = {"unit": "unit", "integration": "integration", "gpu": "gpu"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's own -m deselection sees the items
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Marks each test by its folder: tests/unit → ``unit``, tests/integration → ``integration``,
+    tests/gpu → ``gpu`` (so ``-m unit`` selects exactly the pure tests)."""
+    tests_dir = ROOT / "tests"
+    for item in items:
+        try:
+            folder = item.path.relative_to(tests_dir).parts[0]
+        except ValueError:
+            continue
+        marker = PATH_MARKERS.get(folder)
+        if marker is not None and item.get_closest_marker(marker) is None:
+            item.add_marker(getattr(pytest.mark, marker))
+
+
 def free_port() -> int:
     """An unused TCP port on loopback."""
     with socket.socket() as s:
