@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serializer
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, ValidationError, model_serializer
 from starlette.exceptions import HTTPException
 from starlette.formparsers import MultiPartException
 from starlette.requests import ClientDisconnect, Request
@@ -186,8 +186,7 @@ async def parse_query(request: Request, config: AppConfig) -> tuple[QueryRequest
                 f"{e.message} (JSON only names the clip: upload it as multipart field 'video', or "
                 "send video_path or video_url)"
             ) from None
-        fields = parse_json_object(raw)
-        q = validate_query(fields, config)
+        q = validate_query(parse_json_object(raw), config)
         if q.video_path and q.video_url:
             raise InvalidRequestError("give either video_path or video_url, not both", param="video_url")
         if q.video_url:
@@ -319,8 +318,8 @@ class QueryResponse(BaseModel):
     note: str | None = Field(None, description="The random-weights note (omitted for real weights).")
 
     @model_serializer(mode="wrap")
-    def _omit_unset_notes(self, handler):
-        body = handler(self)
+    def _omit_unset_notes(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        body: dict[str, Any] = handler(self)
         for key in ("format_note", "note"):
             if body.get(key) is None:
                 body.pop(key, None)

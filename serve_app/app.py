@@ -11,7 +11,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from ray.serve import Application
+from ray.serve import Application, Deployment
 
 from serve_app.config import AppConfig
 from serve_app.deployments.decoder import VideoDecoder
@@ -42,6 +42,19 @@ def resolve_paths(config: AppConfig) -> AppConfig:
     )
 
 
+def as_deployment(cls: object) -> Deployment:
+    """The :class:`ray.serve.Deployment` that a ``@serve.deployment`` class became.
+
+    Type checkers keep a decorated class's own type; this checks, at run time, what Serve made of it.
+
+    Raises:
+        TypeError: ``cls`` is not a Serve deployment.
+    """
+    if not isinstance(cls, Deployment):
+        raise TypeError(f"{cls!r} is not a Serve deployment (decorate it with @serve.deployment)")
+    return cls
+
+
 def build_app(args: dict[str, Any] | None = None) -> Application:
     """Builds the Serve application from a Serve config's ``args``.
 
@@ -50,6 +63,6 @@ def build_app(args: dict[str, Any] | None = None) -> Application:
     """
     config = resolve_paths(AppConfig.model_validate(args or {}))
     cfg = config.model_dump(mode="json")
-    decoder = VideoDecoder.options(**config.decoder.ray_options()).bind(cfg)
-    model = VideoModel.options(**config.model_replica.ray_options()).bind(cfg)
-    return Ingress.options(**config.ingress.ray_options()).bind(cfg, decoder, model)
+    decoder = as_deployment(VideoDecoder).options(**config.decoder.ray_options()).bind(cfg)
+    model = as_deployment(VideoModel).options(**config.model_replica.ray_options()).bind(cfg)
+    return as_deployment(Ingress).options(**config.ingress.ray_options()).bind(cfg, decoder, model)

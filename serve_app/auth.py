@@ -35,7 +35,7 @@ class ApiKey:
         self._key = key.encode() if key else None
 
     @classmethod
-    def from_env(cls, env_name: str | None, environ: Mapping[str, str] | None = None) -> "ApiKey":
+    def from_env(cls, env_name: str | None, environ: Mapping[str, str] | None = None) -> ApiKey:
         """The key held by environment variable ``env_name`` (unset, empty or no name: disabled)."""
         env = os.environ if environ is None else environ
         return cls(env.get(env_name, "").strip() if env_name else None)

@@ -39,7 +39,15 @@ class GenerationMetrics(Protocol):
     def dequeued(self, queue_ms: float | None) -> None:
         """The engine started it after ``queue_ms`` milliseconds (None: it never started)."""
 
-    def done(self, outcome: str, **counts) -> None:
+    def done(
+        self,
+        finish_reason: str,
+        *,
+        model_ms: float | None = None,
+        ttft_ms: float | None = None,
+        prompt_tokens: int | None = None,
+        completion_tokens: int = 0,
+    ) -> None:
         """It ended (``stop``, ``length``, ``abort`` or ``error``), with timings (ms) and token counts."""
 
 
@@ -50,7 +58,15 @@ class _NoMetrics:
     def dequeued(self, queue_ms: float | None) -> None:
         pass
 
-    def done(self, outcome: str, **counts) -> None:
+    def done(
+        self,
+        finish_reason: str,
+        *,
+        model_ms: float | None = None,
+        ttft_ms: float | None = None,
+        prompt_tokens: int | None = None,
+        completion_tokens: int = 0,
+    ) -> None:
         pass
 
 

@@ -24,7 +24,7 @@ import dataclasses
 from typing import Any, Literal
 from urllib.parse import unquote, urlparse
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serializer
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, ValidationError, model_serializer
 
 from serve_app.api import ClipQueryFields, QueryRequest, validate_query, validation_error
 from serve_app.config import AppConfig
@@ -312,7 +312,7 @@ class ChoiceDelta(BaseModel):
     content: str | None = None
 
     @model_serializer(mode="wrap")
-    def _only_set(self, handler):
+    def _only_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         body = handler(self)
         return {k: v for k, v in body.items() if k in self.model_fields_set}
 
@@ -337,8 +337,8 @@ class ChatCompletionChunk(BaseModel):
     usage: CompletionUsage | None = None
 
     @model_serializer(mode="wrap")
-    def _omit_null_usage(self, handler):
-        body = handler(self)
+    def _omit_null_usage(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        body: dict[str, Any] = handler(self)
         if body.get("usage") is None:
             body.pop("usage", None)
         return body

@@ -16,23 +16,31 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import TypeVar
 
 from serve_app.protocol import Delta
 
-_DONE = object()
 T = TypeVar("T")
 
 
 class _Failure:
+    """What the pump puts on the queue when ``source`` raised: re-raised by the consumer."""
+
     def __init__(self, error: BaseException):
         self.error = error
 
 
+class _End:
+    """What the pump puts on the queue when ``source`` is exhausted."""
+
+
+_DONE = _End()
+
+
 async def coalesce_deltas(
     source: AsyncIterator[T | Delta], interval_s: float, clock: Callable[[], float] = time.monotonic
-) -> AsyncIterator[T | Delta]:
+) -> AsyncGenerator[T | Delta, None]:
     """Yields ``source``'s chunks with :class:`Delta` chunks merged per ``interval_s`` seconds.
 
     Args:
@@ -44,16 +52,16 @@ async def coalesce_deltas(
         Whatever ``source`` raises, after the deltas received before it.
     """
     if interval_s <= 0:
-        async for item in source:
-            yield item
+        async for chunk in source:
+            yield chunk
         return
-    queue: asyncio.Queue = asyncio.Queue()
+    queue: asyncio.Queue[T | Delta | _Failure | _End] = asyncio.Queue()
 
     async def pump() -> None:
         try:
-            async for item in source:
-                queue.put_nowait(item)
-        except BaseException as e:  # noqa: BLE001 - re-raised on the consumer side
+            async for chunk in source:
+                queue.put_nowait(chunk)
+        except BaseException as e:  # re-raised on the consumer side
             queue.put_nowait(_Failure(e))
             if isinstance(e, asyncio.CancelledError):
                 raise
@@ -69,10 +77,11 @@ async def coalesce_deltas(
             try:
                 item = await asyncio.wait_for(queue.get(), timeout)
             except TimeoutError:
+                assert pending is not None  # the wait has no timeout while nothing is pending
                 yield pending
                 pending, last_emit = None, clock()
                 continue
-            if item is _DONE:
+            if isinstance(item, _End):
                 if pending is not None:
                     yield pending
                 return

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from ray import serve
 
@@ -38,7 +39,7 @@ class VideoDecoder:
         config: the application config (as a dict, as Serve passes it).
     """
 
-    def __init__(self, config: dict):
+    def __init__(self, config: dict[str, Any]):
         self.config = AppConfig.model_validate(config)
         workers = max(1, self.config.decoder.max_ongoing_requests)
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="decode")
@@ -55,6 +56,7 @@ class VideoDecoder:
                     return capture_rtsp(source.url, request, cfg.decode, cfg.limits, cfg.sources)
                 data = fetch_url(source.url, cfg.sources, cfg.limits.max_upload_bytes)
                 return decode_clip(data, request, cfg.decode, cfg.limits)
+            assert source.data is not None  # ClipSource holds exactly one of data, path or url
             return decode_clip(source.data, request, cfg.decode, cfg.limits)
         except ServeAppError as e:
             if e.param == "video":  # name the field the client used for this clip

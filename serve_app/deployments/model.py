@@ -13,7 +13,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
+from typing import Any
 
 import numpy as np
 from ray import serve
@@ -37,7 +38,7 @@ class VideoModel:
         config: the application config (as a dict, as Serve passes it).
     """
 
-    async def __init__(self, config: dict):
+    async def __init__(self, config: dict[str, Any]) -> None:  # type: ignore[misc]  # Serve awaits async constructors
         self.config = AppConfig.model_validate(config)
         self.metrics = ModelMetrics()
         t0 = time.perf_counter()
@@ -84,7 +85,8 @@ class VideoModel:
             metrics=self.metrics,
         )
         interval_s = self.config.model.stream_interval_ms / 1000
-        async with contextlib.aclosing(coalesce_deltas(chunks, interval_s)) as stream:
+        coalesced: AsyncGenerator[ModelChunk, None] = coalesce_deltas(chunks, interval_s)
+        async with contextlib.aclosing(coalesced) as stream:
             async for chunk in stream:
                 yield chunk
 

@@ -112,7 +112,7 @@ class Engine(abc.ABC):
     async def check_health(self) -> None:
         """Raises :class:`EngineDeadError` if the engine cannot serve."""
 
-    async def shutdown(self) -> None:
+    async def shutdown(self) -> None:  # noqa: B027 - an optional hook: the default releases nothing
         """Releases the engine (GPU memory, worker processes); the model deployment calls it when
         its replica stops. Default: nothing to release."""
 
@@ -125,6 +125,7 @@ def create_engine(config: ModelConfig) -> Engine:
 
     Raises:
         ValueError: unknown backend name or import path.
+        TypeError: the factory did not return an :class:`Engine`.
     """
     if config.backend == "transformers":
         from serve_app.engines.transformers_engine import TransformersEngine
@@ -136,5 +137,8 @@ def create_engine(config: ModelConfig) -> Engine:
         return VLLMEngine(config)
     if ":" in config.backend:
         module, _, attr = config.backend.partition(":")
-        return getattr(importlib.import_module(module), attr)(config)
+        engine = getattr(importlib.import_module(module), attr)(config)
+        if not isinstance(engine, Engine):
+            raise TypeError(f"engine factory {config.backend!r} returned {type(engine).__name__}, not an Engine")
+        return engine
     raise ValueError(f"unknown engine backend {config.backend!r}")

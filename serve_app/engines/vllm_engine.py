@@ -30,7 +30,8 @@ from typing import Any
 
 from serve_app.checkpoint import ensure_checkpoint, has_random_weights
 from serve_app.config import ModelConfig
-from serve_app.engines.base import Engine, EngineDeadError, GenerationChunk, GenerationRequest, SamplingOptions
+from serve_app.engines.base import Engine, EngineDeadError, GenerationChunk, GenerationRequest
+from serve_app.protocol import SamplingOptions
 
 logger = logging.getLogger(__name__)
 
@@ -127,6 +128,43 @@ def unknown_engine_args(engine_args: dict[str, Any], known: set[str]) -> list[st
     return sorted(set(engine_args) - known)
 
 
+def _engine_ts(m: Any, name: str) -> float:
+    """Timestamp ``name`` (seconds) of vLLM's ``RequestStateStats`` ``m``; 0.0 when unset or absent."""
+    return float(getattr(m, name, 0.0) or 0.0) if m is not None else 0.0
+
+
+def timings_row(
+    request_id: str,
+    t_submit: float,
+    t_engine: float,
+    stage: dict[str, float],
+    m: Any,
+    n_out: int,
+    prompt_tokens: int | None,
+) -> dict[str, Any]:
+    """One request's stage timings in milliseconds (a row of the :data:`TIMINGS_ENV` file).
+
+    ``t_submit`` / ``t_engine``: ``time.perf_counter()`` seconds when the request arrived and when it
+    was handed to ``AsyncLLM``; ``stage``: what the preprocessing thread recorded (empty without
+    one); ``m``: vLLM's ``RequestStateStats`` of the last output (engine timestamps in seconds), or None.
+    """
+    row: dict[str, Any] = {"request_id": request_id, "completion_tokens": n_out, "prompt_tokens": prompt_tokens}
+    if stage:
+        row["preprocess_wait_ms"] = (stage["thread_start"] - t_submit) * 1000
+        row["processor_ms"] = (stage["processed"] - stage["thread_start"]) * 1000
+        row["handoff_prep_ms"] = (stage["thread_end"] - stage["processed"]) * 1000
+        row["pixel_bytes"] = stage.get("pixel_bytes")
+    row["frontend_ms"] = (t_engine - t_submit) * 1000
+    if _engine_ts(m, "queued_ts"):
+        row["engine_queue_ms"] = (m.scheduled_ts - m.queued_ts) * 1000
+        if m.first_token_ts:
+            row["prefill_ms"] = (m.first_token_ts - m.scheduled_ts) * 1000
+            row["first_token_latency_ms"] = m.first_token_latency * 1000
+        if m.last_token_ts and m.first_token_ts:
+            row["decode_ms"] = (m.last_token_ts - m.first_token_ts) * 1000
+    return row
+
+
 class VLLMEngine(Engine):
     """vLLM ``AsyncLLM`` on one replica's GPU(s).
 
@@ -138,9 +176,10 @@ class VLLMEngine(Engine):
 
     def __init__(self, config: ModelConfig):
         self.config = config
-        self.llm = None
-        self._pool = None
-        self._tasks = None
+        self.llm: Any = None  # vllm.v1.engine.async_llm.AsyncLLM once started (vLLM is untyped here)
+        self._pool: ThreadPoolExecutor | None = None
+        self._tasks: Any = None  # the model's supported tasks, as vLLM reports them
+        self._timings_path: str | None = None
 
     async def start(self) -> None:
         """Builds ``AsyncLLM`` (model load, profiling, CUDA graphs)."""
@@ -165,7 +204,12 @@ class VLLMEngine(Engine):
         if self.config.preprocess_threads > 0:
             self._pool = ThreadPoolExecutor(self.config.preprocess_threads, thread_name_prefix="mm-preprocess")
             self._tasks = await self.llm.get_supported_tasks()
-        logger.info("vLLM AsyncLLM ready in %.1f s (%s, random weights %s)", time.perf_counter() - t0, model, self.random_weights)
+        logger.info(
+            "vLLM AsyncLLM ready in %.1f s (%s, random weights %s)",
+            time.perf_counter() - t0,
+            model,
+            self.random_weights,
+        )
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
         """Streams one request's output (see :class:`Engine`)."""
@@ -185,8 +229,8 @@ class VLLMEngine(Engine):
             )
         t_engine = time.perf_counter()
         n_out = 0
-        prompt_tokens = None
-        m = None
+        prompt_tokens: int | None = None
+        m: Any = None  # vLLM's RequestStateStats of the last output
         try:
             async for out in self.llm.generate(engine_input, params, request.request_id, prompt_text=request.prompt):
                 if prompt_tokens is None and out.prompt_token_ids is not None:
@@ -195,7 +239,7 @@ class VLLMEngine(Engine):
                 n_out += len(comp.token_ids)
                 chunk = GenerationChunk(text=comp.text, completion_tokens=n_out, prompt_tokens=prompt_tokens)
                 m = out.metrics
-                if m is not None and getattr(m, "scheduled_ts", 0) and getattr(m, "queued_ts", 0):
+                if _engine_ts(m, "scheduled_ts") and _engine_ts(m, "queued_ts"):
                     chunk.queue_ms = max(0.0, (m.scheduled_ts - m.queued_ts) * 1000)
                 if out.finished:
                     chunk.finished = True
@@ -205,9 +249,10 @@ class VLLMEngine(Engine):
             raise EngineDeadError(str(e)) from e
         finally:
             if self._timings_path:
-                self._record_timings(request.request_id, t_submit, t_engine, stage, m, n_out, prompt_tokens)
+                row = timings_row(request.request_id, t_submit, t_engine, stage, m, n_out, prompt_tokens)
+                self._append_timings(self._timings_path, row)
 
-    def _process(self, request_id: str, prompt: dict, params, stage: dict[str, float]):
+    def _process(self, request_id: str, prompt: dict[str, Any], params: Any, stage: dict[str, float]) -> Any:
         """Runs vLLM's input processing (tokenize + HF processor) in a worker thread.
 
         ``stage`` receives the thread's start and end (``time.perf_counter`` seconds) and the
@@ -222,27 +267,14 @@ class VLLMEngine(Engine):
         stage["thread_end"] = time.perf_counter()
         return req
 
-    def _record_timings(self, request_id, t_submit, t_engine, stage, m, n_out, prompt_tokens) -> None:
-        """Appends one request's stage timings (ms) to the file named by :data:`TIMINGS_ENV`."""
-        row: dict[str, Any] = {"request_id": request_id, "completion_tokens": n_out, "prompt_tokens": prompt_tokens}
-        if stage:
-            row["preprocess_wait_ms"] = (stage["thread_start"] - t_submit) * 1000
-            row["processor_ms"] = (stage["processed"] - stage["thread_start"]) * 1000
-            row["handoff_prep_ms"] = (stage["thread_end"] - stage["processed"]) * 1000
-            row["pixel_bytes"] = stage.get("pixel_bytes")
-        row["frontend_ms"] = (t_engine - t_submit) * 1000
-        if m is not None and getattr(m, "queued_ts", 0):
-            row["engine_queue_ms"] = (m.scheduled_ts - m.queued_ts) * 1000
-            if m.first_token_ts:
-                row["prefill_ms"] = (m.first_token_ts - m.scheduled_ts) * 1000
-                row["first_token_latency_ms"] = m.first_token_latency * 1000
-            if m.last_token_ts and m.first_token_ts:
-                row["decode_ms"] = (m.last_token_ts - m.first_token_ts) * 1000
+    @staticmethod
+    def _append_timings(path: str, row: dict[str, Any]) -> None:
+        """Appends one request's stage timings (a JSON line) to ``path`` (:data:`TIMINGS_ENV`)."""
         try:
-            with open(self._timings_path, "a") as f:
+            with open(path, "a") as f:
                 f.write(json.dumps(row) + "\n")
         except OSError:
-            logger.warning("could not append engine timings to %s", self._timings_path)
+            logger.warning("could not append engine timings to %s", path)
 
     async def abort(self, request_id: str) -> None:
         """Aborts a request in vLLM (frees its KV cache and batch slot)."""
