@@ -12,7 +12,7 @@ import io
 import subprocess
 from fractions import Fraction
 from pathlib import Path
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import av
 import numpy as np
@@ -125,7 +125,7 @@ def write_video(
         audio.layout = "mono"
     for i, t in enumerate(times_s):
         frame = av.VideoFrame.from_ndarray(content(i, w, h), format=input_format)
-        frame.pts = int(round(t / tb))
+        frame.pts = round(t / tb)
         frame.time_base = tb
         for packet in stream.encode(frame):
             out.mux(packet)

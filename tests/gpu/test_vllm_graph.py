@@ -26,7 +26,7 @@ def _gpu_ready() -> str | None:
 
         if not torch.cuda.is_available():
             return "no CUDA GPU"
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         return f"torch unavailable: {e}"
     return None
 
@@ -87,18 +87,17 @@ def test_engine_answers_a_real_clip(gpu_app, data_dir):
 
 def test_streaming_delivers_tokens_as_generated(gpu_app, data_dir):
     arrivals = []
-    with open(data_dir / "intel_car-detection.mp4", "rb") as f:
-        with httpx.stream(
-            "POST",
-            f"{gpu_app}/v1/video/query",
-            files={"video": ("car.mp4", f, "video/mp4")},
-            data={"question": QUESTION, "end_s": "10", "max_tokens": "64", "ignore_eos": "true", "stream": "true"},
-            timeout=300,
-        ) as r:
-            assert r.status_code == 200
-            for line in r.iter_lines():
-                if line.startswith("data: ") and line != "data: [DONE]":
-                    arrivals.append((time.perf_counter(), json.loads(line[6:])))
+    with open(data_dir / "intel_car-detection.mp4", "rb") as f, httpx.stream(
+        "POST",
+        f"{gpu_app}/v1/video/query",
+        files={"video": ("car.mp4", f, "video/mp4")},
+        data={"question": QUESTION, "end_s": "10", "max_tokens": "64", "ignore_eos": "true", "stream": "true"},
+        timeout=300,
+    ) as r:
+        assert r.status_code == 200
+        for line in r.iter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                arrivals.append((time.perf_counter(), json.loads(line[6:])))
     kinds = [e["type"] for _, e in arrivals]
     assert kinds[0] == "clip" and kinds[-1] == "done"
     deltas = [t for t, e in arrivals if e["type"] == "delta"]
@@ -120,21 +119,20 @@ def test_disconnect_frees_the_engine_slot(gpu_app, data_dir):
     from ray import serve
 
     model = serve.get_deployment_handle("VideoModel", app_name="gpu")
-    with open(data_dir / "intel_car-detection.mp4", "rb") as f:
-        with httpx.stream(
-            "POST",
-            f"{gpu_app}/v1/video/query",
-            files={"video": ("car.mp4", f, "video/mp4")},
-            data={"question": QUESTION, "end_s": "4", "max_tokens": "4000", "ignore_eos": "true", "stream": "true"},
-            timeout=300,
-        ) as r:
-            seen = 0
-            for line in r.iter_lines():
-                if line.startswith("data: ") and '"delta"' in line:
-                    seen += 1
-                    if seen == 3:
-                        busy = model.num_unfinished.remote().result()
-                        break  # client goes away mid-generation
+    with open(data_dir / "intel_car-detection.mp4", "rb") as f, httpx.stream(
+        "POST",
+        f"{gpu_app}/v1/video/query",
+        files={"video": ("car.mp4", f, "video/mp4")},
+        data={"question": QUESTION, "end_s": "4", "max_tokens": "4000", "ignore_eos": "true", "stream": "true"},
+        timeout=300,
+    ) as r:
+        seen = 0
+        for line in r.iter_lines():
+            if line.startswith("data: ") and '"delta"' in line:
+                seen += 1
+                if seen == 3:
+                    busy = model.num_unfinished.remote().result()
+                    break  # client goes away mid-generation
     assert busy >= 1  # the 4000-token generation was running when the client left
     deadline = time.time() + 30
     while time.time() < deadline and model.num_unfinished.remote().result() > 0:

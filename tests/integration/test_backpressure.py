@@ -35,12 +35,17 @@ def apps(serve_session):
     deploy(
         "bp-decoder",
         "/bp-decoder",
-        scripted_args({"max_ongoing_requests": 1, "max_queued_requests": 1}, {"max_ongoing_requests": 1, "max_queued_requests": 1}),
+        scripted_args(
+            {"max_ongoing_requests": 1, "max_queued_requests": 1}, {"max_ongoing_requests": 1, "max_queued_requests": 1}
+        ),
     )
     deploy(
         "bp-model",
         "/bp-model",
-        scripted_args({"max_ongoing_requests": 8, "max_queued_requests": -1}, {"max_ongoing_requests": 1, "max_queued_requests": 1}),
+        scripted_args(
+            {"max_ongoing_requests": 8, "max_queued_requests": -1},
+            {"max_ongoing_requests": 1, "max_queued_requests": 1},
+        ),
     )
     yield {"decoder": f"{serve_session}/bp-decoder", "model": f"{serve_session}/bp-model"}
     serve.delete("bp-decoder")
@@ -69,7 +74,9 @@ def test_full_downstream_queue_is_503_with_retry_after(apps, bottleneck):
         err = r.json()["error"]
         assert err["type"] == "overloaded" and "queue full" in err["message"]
     # ... and the service keeps serving.
-    r = httpx.post(f"{url}/v1/video/query", json={**FIELDS, "video_path": "intel_car-detection.mp4", "max_tokens": 3}, timeout=60)
+    r = httpx.post(
+        f"{url}/v1/video/query", json={**FIELDS, "video_path": "intel_car-detection.mp4", "max_tokens": 3}, timeout=60
+    )
     assert r.status_code == 200, r.text
 
 
@@ -100,8 +107,15 @@ def drop_openai_stream_after_first_chunk(url: str) -> None:
         "stream": True,
         "max_tokens": 3000,
         "end_s": 1,
-        "messages": [{"role": "user", "content": [
-            {"type": "video_url", "video_url": {"url": "intel_car-detection.mp4"}}, {"type": "text", "text": "Go on."}]}],
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "video_url", "video_url": {"url": "intel_car-detection.mp4"}},
+                    {"type": "text", "text": "Go on."},
+                ],
+            }
+        ],
     }
     with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=60) as r:
         assert r.status_code == 200
@@ -113,11 +127,15 @@ def drop_openai_stream_after_first_chunk(url: str) -> None:
 def time_out_a_plain_request(url: str) -> None:
     with pytest.raises(httpx.TimeoutException):
         httpx.post(
-            f"{url}/v1/video/query", json={**FIELDS, "video_path": "intel_car-detection.mp4", "max_tokens": 3000}, timeout=2
+            f"{url}/v1/video/query",
+            json={**FIELDS, "video_path": "intel_car-detection.mp4", "max_tokens": 3000},
+            timeout=2,
         )
 
 
-@pytest.mark.parametrize("abandon", [drop_stream_after_first_delta, drop_openai_stream_after_first_chunk, time_out_a_plain_request])
+@pytest.mark.parametrize(
+    "abandon", [drop_stream_after_first_delta, drop_openai_stream_after_first_chunk, time_out_a_plain_request]
+)
 def test_client_disconnect_cancels_the_generation(apps, abandon):
     r = long_request_then_short(apps["model"], abandon)
     assert r.status_code == 200, r.text

@@ -37,7 +37,9 @@ def test_killed_decode_replica_is_replaced_and_only_its_requests_fail(fault_app)
         # ... of a request that was in flight when the replica died.
         assert f["start_s"] <= run["kill_s"] + 0.5 <= f["end_s"] + 0.5, run
     assert len(run["failures"]) <= 2, run  # the victim's max_ongoing_requests
-    assert run["after_recovery"]["requests"] >= 4 and run["after_recovery"]["ok"] == run["after_recovery"]["requests"], run
+    assert (
+        run["after_recovery"]["requests"] >= 4 and run["after_recovery"]["ok"] == run["after_recovery"]["requests"]
+    ), run
 
 
 def test_dead_engine_fails_health_check_and_the_replica_is_replaced(fault_app):
@@ -65,8 +67,16 @@ def normal_traffic(url: str, n: int = 6) -> list[int]:
     out = []
     for _ in range(n):
         try:
-            r = httpx.post(f"{url}/v1/video/query", json={"question": "What happens?", "video_path": "intel_car-detection.mp4",
-                                                          "end_s": 1, "max_tokens": 4}, timeout=20)
+            r = httpx.post(
+                f"{url}/v1/video/query",
+                json={
+                    "question": "What happens?",
+                    "video_path": "intel_car-detection.mp4",
+                    "end_s": 1,
+                    "max_tokens": 4,
+                },
+                timeout=20,
+            )
             out.append(r.status_code)
         except httpx.TimeoutException:
             out.append(0)

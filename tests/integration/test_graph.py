@@ -154,16 +154,15 @@ def test_unknown_route_uses_the_error_shape(cpu_app):
 
 
 def test_streaming_sends_deltas_then_the_full_response(cpu_app, data_dir):
-    with open(data_dir / "intel_car-detection.mp4", "rb") as f:
-        with httpx.stream(
-            "POST",
-            f"{cpu_app}/v1/video/query",
-            files={"video": ("c.mp4", f, "video/mp4")},
-            data={"question": QUESTION, "stream": "true", "end_s": "2", "max_tokens": "6", "ignore_eos": "true"},
-            timeout=120,
-        ) as r:
-            assert r.status_code == 200
-            events = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
+    with open(data_dir / "intel_car-detection.mp4", "rb") as f, httpx.stream(
+        "POST",
+        f"{cpu_app}/v1/video/query",
+        files={"video": ("c.mp4", f, "video/mp4")},
+        data={"question": QUESTION, "stream": "true", "end_s": "2", "max_tokens": "6", "ignore_eos": "true"},
+        timeout=120,
+    ) as r:
+        assert r.status_code == 200
+        events = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
     assert events[-1] == "[DONE]"
     parsed = [json.loads(e) for e in events[:-1]]
     assert parsed[0]["type"] == "clip" and parsed[-1]["type"] == "done"

@@ -24,7 +24,12 @@ def data_url(data_dir):
 
 
 def messages(url, question=QUESTION):
-    return [{"role": "user", "content": [{"type": "video_url", "video_url": {"url": url}}, {"type": "text", "text": question}]}]
+    return [
+        {
+            "role": "user",
+            "content": [{"type": "video_url", "video_url": {"url": url}}, {"type": "text", "text": question}],
+        }
+    ]
 
 
 def test_models_lists_the_served_model(client):
@@ -105,8 +110,18 @@ def test_file_url_under_the_allowed_root(client, data_dir):
         ({"model": "gpt-4o"}, openai.NotFoundError, "not_found", "model"),
         ({"max_tokens": 10**6}, openai.BadRequestError, "invalid_request_error", "max_tokens"),
         ({"temperature": 5}, openai.BadRequestError, "invalid_request_error", "temperature"),
-        ({"extra_body": {"frequency_penalty": 1}}, openai.BadRequestError, "invalid_request_error", "frequency_penalty"),
-        ({"messages": [{"role": "user", "content": "no clip here"}]}, openai.BadRequestError, "invalid_request_error", None),
+        (
+            {"extra_body": {"frequency_penalty": 1}},
+            openai.BadRequestError,
+            "invalid_request_error",
+            "frequency_penalty",
+        ),
+        (
+            {"messages": [{"role": "user", "content": "no clip here"}]},
+            openai.BadRequestError,
+            "invalid_request_error",
+            None,
+        ),
         ({"extra_body": {"fps": 60}}, openai.BadRequestError, "invalid_request_error", "fps"),
     ],
 )

@@ -152,11 +152,16 @@ def test_override_derives_a_validated_config():
     from serve_app.config import load_serve_config, override
 
     doc = load_serve_config(ROOT / "configs" / "h200.yaml")
-    out = override(doc, ["model.model_id=/ckpt/dummy", "model.engine_args.load_format=dummy", "model.preprocess_threads=4"])
+    out = override(
+        doc, ["model.model_id=/ckpt/dummy", "model.engine_args.load_format=dummy", "model.preprocess_threads=4"]
+    )
     args = out["applications"][0]["args"]
     assert args["model"]["model_id"] == "/ckpt/dummy" and args["model"]["preprocess_threads"] == 4
     assert args["model"]["engine_args"]["load_format"] == "dummy"
-    assert args["model"]["engine_args"]["max_num_seqs"] == doc["applications"][0]["args"]["model"]["engine_args"]["max_num_seqs"]
+    assert (
+        args["model"]["engine_args"]["max_num_seqs"]
+        == doc["applications"][0]["args"]["model"]["engine_args"]["max_num_seqs"]
+    )
     assert doc["applications"][0]["args"]["model"]["model_id"] == "nvidia/Cosmos-Reason1-7B"  # input untouched
     with pytest.raises(ValidationError):
         override(doc, ["model.bogus=1"])

@@ -29,7 +29,9 @@ def serve_config_problems(doc: dict) -> list[str]:
     ServeDeploySchema.model_validate(doc)
     problems = [f"unknown top-level key {k!r}" for k in doc if k not in ServeDeploySchema.model_fields]
     for i, app in enumerate(doc["applications"]):
-        problems += [f"applications[{i}]: unknown key {k!r}" for k in app if k not in ServeApplicationSchema.model_fields]
+        problems += [
+            f"applications[{i}]: unknown key {k!r}" for k in app if k not in ServeApplicationSchema.model_fields
+        ]
         config = AppConfig.model_validate(app.get("args") or {})
         for field, name in DEPLOYMENTS.items():
             options = getattr(config, field).ray_options()

@@ -17,7 +17,12 @@ CFG = AppConfig.model_validate({"model": {"served_model_name": "cosmos", "allow_
 def body(url="clip.mp4", text="What happens?", **extra):
     return {
         "model": "cosmos",
-        "messages": [{"role": "user", "content": [{"type": "text", "text": text}, {"type": "video_url", "video_url": {"url": url}}]}],
+        "messages": [
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": text}, {"type": "video_url", "video_url": {"url": url}}],
+            }
+        ],
         **extra,
     }
 
@@ -36,8 +41,19 @@ def test_request_maps_onto_the_clip_query():
 
 def test_text_parts_join_into_the_question():
     q = openai_api.parse_chat_request(
-        {"model": "cosmos", "messages": [{"role": "user", "content": [
-            {"type": "text", "text": "First."}, {"type": "video_url", "video_url": {"url": "a.mp4"}}, {"type": "text", "text": "Second?"}]}]},
+        {
+            "model": "cosmos",
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": "First."},
+                        {"type": "video_url", "video_url": {"url": "a.mp4"}},
+                        {"type": "text", "text": "Second?"},
+                    ],
+                }
+            ],
+        },
         CFG,
     )
     assert q.query.question == "First.\nSecond?"
@@ -55,11 +71,20 @@ def test_text_parts_join_into_the_question():
         ({"temperature": float("nan")}, "temperature"),
         ({"max_tokens": 5, "max_completion_tokens": 6}, "max_completion_tokens"),
         ({"end_s": 1, "start_s": 2}, "end_s"),
-        ({"messages": [{"role": "system", "content": "be terse"}, {"role": "user", "content": "hi"}]}, "messages.0.role"),
+        (
+            {"messages": [{"role": "system", "content": "be terse"}, {"role": "user", "content": "hi"}]},
+            "messages.0.role",
+        ),
         ({"messages": [{"role": "user", "content": "just text"}]}, "messages.0.content"),
         ({"messages": [{"role": "user", "content": [{"type": "text", "text": "q"}]}]}, "messages.0.content"),
-        ({"messages": [{"role": "user", "content": [{"type": "video_url", "video_url": {"url": "a"}}]}]}, "messages.0.content"),
-        ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "a"}}]}]}, "messages.0.content.0.type"),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "video_url", "video_url": {"url": "a"}}]}]},
+            "messages.0.content",
+        ),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "a"}}]}]},
+            "messages.0.content.0.type",
+        ),
         ({"ignore_eos": True, "model": "cosmos"}, None),
     ],
 )
@@ -94,8 +119,15 @@ def test_data_url_is_decoded_and_size_checked():
 
 @pytest.mark.parametrize(
     "url",
-    ["data:video/mp4,notbase64", "data:image/png;base64,AAAA", "data:video/mp4;base64,@@@@", "data:;base64,", "data:abc",
-     "ftp://example.com/a.mp4", "javascript:alert(1)"],
+    [
+        "data:video/mp4,notbase64",
+        "data:image/png;base64,AAAA",
+        "data:video/mp4;base64,@@@@",
+        "data:;base64,",
+        "data:abc",
+        "ftp://example.com/a.mp4",
+        "javascript:alert(1)",
+    ],
 )
 def test_bad_video_urls_are_400(url):
     with pytest.raises(InvalidRequestError):

@@ -22,7 +22,9 @@ def test_prompt_equals_the_checkpoint_chat_template(tiny_checkpoint):
 
     proc = AutoProcessor.from_pretrained(tiny_checkpoint)
     q = "Is anyone in this scene in danger? Answer with reasoning."
-    rendered = proc.apply_chat_template(build_messages(q, DEFAULT_SYSTEM_PROMPT), add_generation_prompt=True, tokenize=False)
+    rendered = proc.apply_chat_template(
+        build_messages(q, DEFAULT_SYSTEM_PROMPT), add_generation_prompt=True, tokenize=False
+    )
     assert rendered == render_prompt(q, DEFAULT_SYSTEM_PROMPT)
 
 
@@ -66,7 +68,9 @@ def test_tokenizer_matches_tiktoken_bpe(tiny_checkpoint):
 
     from serve_app.qwen_tokenizer import PRETOKENIZE_REGEX, load_ranks, tiktoken_file
 
-    enc = tiktoken.Encoding("qwen", pat_str=PRETOKENIZE_REGEX, mergeable_ranks=load_ranks(tiktoken_file()), special_tokens={})
+    enc = tiktoken.Encoding(
+        "qwen", pat_str=PRETOKENIZE_REGEX, mergeable_ranks=load_ranks(tiktoken_file()), special_tokens={}
+    )
     hf = Tokenizer.from_file(str(tiny_checkpoint / "tokenizer.json"))
     texts = [
         "A white sedan reverses into the parking bay while a pedestrian walks behind it.",
