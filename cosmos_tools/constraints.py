@@ -13,8 +13,10 @@ the ``gpu`` extra) and everything they pull in, at the versions installed there:
 Which packages are "pulled in" comes from uv's resolver (``uv pip compile`` of
 ``pyproject.toml`` for CPython 3.12 on manylinux_2_28 x86_64, constrained to the
 freeze's versions; ``pip install uv``): nothing is installed, only package
-metadata is read from the index. A package the resolver picks that the freeze lacks, or at another
-version, is an error: the set would not be the tested one. Run it where PyPI is
+metadata is read from the index. A package at another version than the freeze's is an error (the set
+would not be the tested one); a package the freeze lacks (the GPU machine's
+bundle leaves a few optional kernels out) is pinned at the resolved version
+and marked ``# not installed on the GPU test machine``. Run it where PyPI is
 reachable::
 
     python -m cosmos_tools.constraints results/gpu/gpu-freeze.txt
@@ -42,6 +44,7 @@ CUDA_ONLY = re.compile(r"^(nvidia-.*|cuda-.*|cupy-cuda.*|triton)$")
 #: Packages whose CUDA build carries a local version (``+cu130``) and has a ``+cpu`` twin.
 TORCH_BUILDS = ("torch", "torchvision", "torchaudio")
 PROJECT = "cosmos-serve"
+UNTESTED = "not installed on the GPU test machine"
 _FREEZE_LINE = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?==(?P<version>[^\s;]+)\s*(;.*)?$")
 
 
@@ -61,14 +64,20 @@ def public(version: str) -> str:
 
 @dataclass(frozen=True)
 class Pin:
-    """One pinned package: its name as the freeze spells it and its exact version (local part included)."""
+    """One pinned package: its name as the freeze spells it, its exact version (local part included).
+
+    ``tested`` is False for a package the resolver needs that was not installed on
+    the GPU test machine (its bundle leaves a few optional kernels out, e.g.
+    FlashInfer): it is pinned at the resolved version and marked in the file.
+    """
 
     name: str
     version: str
+    tested: bool = True
 
     def line(self) -> str:
-        """``name==version``."""
-        return f"{self.name}=={self.version}"
+        """``name==version``, with a trailing comment when untested."""
+        return f"{self.name}=={self.version}" + ("" if self.tested else "  # " + UNTESTED)
 
 
 def parse_freeze(text: str) -> dict[str, Pin]:
@@ -86,26 +95,30 @@ def select(resolved: Iterable[tuple[str, str]], freeze: Mapping[str, Pin]) -> li
     """The freeze's pins of the resolved packages (the project itself left out), sorted by name.
 
     Args:
-        resolved: ``(name, version)`` pairs from pip's report.
+        resolved: ``(name, version)`` pairs from the resolver.
         freeze: :func:`parse_freeze` of the GPU run's freeze.
 
+    Returns:
+        The freeze's pin of every resolved package it holds; packages it lacks are
+        pinned at the resolved version with ``tested=False``.
+
     Raises:
-        ConstraintsError: a resolved package is missing from the freeze or has another version.
+        ConstraintsError: a resolved package has another version than the freeze's.
     """
-    pins, missing, other = [], [], []
+    pins, other = [], []
     for name, version in resolved:
         key = canonical(name)
         if key == PROJECT:
             continue
         pin = freeze.get(key)
         if pin is None:
-            missing.append(f"{name}=={version}")
+            pins.append(Pin(name, version, tested=False))
         elif public(pin.version) != public(version):
             other.append(f"{name}: resolved {version}, freeze {pin.version}")
         else:
             pins.append(pin)
-    if missing or other:
-        raise ConstraintsError(f"not the tested set: missing from the freeze {missing}; other versions {other}")
+    if other:
+        raise ConstraintsError(f"not the tested set: other versions than the freeze's: {other}")
     return sorted(pins, key=lambda p: canonical(p.name))
 
 
@@ -117,7 +130,7 @@ def cpu_variant(pins: Iterable[Pin]) -> list[Pin]:
         if CUDA_ONLY.match(key):
             continue
         if key in TORCH_BUILDS:
-            pin = Pin(pin.name, f"{public(pin.version)}+cpu")
+            pin = Pin(pin.name, f"{public(pin.version)}+cpu", pin.tested)
         out.append(pin)
     return out
 
