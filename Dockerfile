@@ -14,9 +14,13 @@
 # Both stages use one Ray version and one Python (a Ray cluster needs both equal
 # on every node) and copy the same project code; a unit test checks that, and
 # that RAY_VERSION equals the ray[serve] pin in pyproject.toml and rayVersion in
-# k8s/base/rayservice.yaml. Ray's image tags are VERSION-pyXY[-cuXYZ]: no CUDA
-# suffix is the CPU image. vLLM 0.24.0's wheel is built with CUDA 13.0: the GPU
-# nodes need an NVIDIA driver that supports CUDA 13 (R580 or newer).
+# k8s/base/rayservice.yaml. Ray's image tags are VERSION-pyXY-{cpu,cuXYZ}: the
+# form of Ray's own source (ray/runtime_env/runtime_env.py names
+# `rayproject/ray:2.39.0-py312-cu123`, ray/autoscaler/_private/fake_multi_node/
+# test_utils.py `rayproject/ray:nightly-py{major}{minor}-cpu`); that 2.60.0 is
+# published as -py312-cu130 and -py312-cpu was not checked against Docker Hub
+# here (no access). vLLM 0.24.0's wheel is built with CUDA 13.0: the GPU nodes
+# need an NVIDIA driver that supports CUDA 13 (R580 or newer).
 #
 # Layers: the pinned dependencies first (~4.4 GB on the GPU side, rebuilt only
 # when the constraints file changes), then the code, installed --no-deps (a code
@@ -25,7 +29,7 @@ ARG RAY_VERSION=2.60.0
 ARG PYTHON_TAG=py312
 ARG CUDA_TAG=cu130
 
-FROM rayproject/ray:${RAY_VERSION}-${PYTHON_TAG} AS cpu
+FROM rayproject/ray:${RAY_VERSION}-${PYTHON_TAG}-cpu AS cpu
 ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu
 WORKDIR /home/ray/cosmos-serve
 COPY --chown=ray:users constraints/image-cpu.txt constraints/

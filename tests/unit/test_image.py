@@ -47,7 +47,7 @@ def args() -> dict[str, str]:
 def test_both_images_share_ray_python_and_the_project_code():
     s = stages()
     assert set(s) == {"cpu", "gpu"}
-    assert s["cpu"][0] == "FROM rayproject/ray:${RAY_VERSION}-${PYTHON_TAG} AS cpu"
+    assert s["cpu"][0] == "FROM rayproject/ray:${RAY_VERSION}-${PYTHON_TAG}-cpu AS cpu"
     assert s["gpu"][0] == "FROM rayproject/ray:${RAY_VERSION}-${PYTHON_TAG}-${CUDA_TAG} AS gpu"
     copies = {name: [i for i in body if i.startswith("COPY") and "constraints" not in i] for name, body in s.items()}
     assert copies["cpu"] == copies["gpu"] and len(copies["cpu"]) == 4
