@@ -108,7 +108,9 @@ def check_replica() -> None:
         found.append(f"vLLM is not installed in this replica's Python: {GPU_INSTALL} (or use the GPU image)")
     import torch
 
-    if not torch.cuda.is_available():
+    # device_count() asks NVML, not the CUDA runtime: torch.cuda.is_available() would call cuInit here
+    # and "poison fork" for the engine-core process vLLM starts next (torch/cuda/__init__.py notes both).
+    if torch.cuda.device_count() == 0:
         visible = os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>")
         found.append(f"no CUDA GPU is visible (CUDA_VISIBLE_DEVICES={visible}; an NVIDIA driver with CUDA 13, R580+)")
     if found:

@@ -85,7 +85,7 @@ def test_vllm_replica_without_vllm_or_gpu_fails_before_importing_vllm(monkeypatc
     from serve_app.engines.vllm_engine import VLLMEngine
 
     monkeypatch.setattr(preflight, "vllm_installed", lambda: False)
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     engine = VLLMEngine(ModelConfig(backend="vllm", model_id="nvidia/Cosmos-Reason1-7B"))
     with pytest.raises(preflight.HardwareError) as info:
@@ -99,7 +99,19 @@ def test_vllm_replica_with_vllm_but_no_gpu_names_only_the_gpu(monkeypatch):
     import torch
 
     monkeypatch.setattr(preflight, "vllm_installed", lambda: True)
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
     with pytest.raises(preflight.HardwareError, match=r"cannot start: no CUDA GPU is visible") as info:
         preflight.check_replica()
     assert "vLLM is not installed" not in str(info.value)
+
+
+def test_replica_check_does_not_initialise_cuda(monkeypatch):
+    import torch
+
+    def poisoning():
+        raise AssertionError("torch.cuda.is_available() runs cuInit and poisons fork for vLLM's engine core")
+
+    monkeypatch.setattr(preflight, "vllm_installed", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_available", poisoning)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    preflight.check_replica()  # vLLM and one GPU: nothing to report
