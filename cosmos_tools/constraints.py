@@ -173,7 +173,9 @@ def resolve(extras: Iterable[str], freeze: Mapping[str, Pin], uv: str = "uv") ->
 def main(argv: list[str] | None = None) -> int:
     """Writes constraints/gpu.txt and constraints/image-cpu.txt from a freeze. Returns the exit code."""
     parser = argparse.ArgumentParser(prog="python -m cosmos_tools.constraints", description=__doc__.split("\n")[0])
-    parser.add_argument("freeze", nargs="?", default=DEFAULT_FREEZE, help=f"pip freeze of the GPU run ({DEFAULT_FREEZE})")
+    parser.add_argument(
+        "freeze", nargs="?", default=DEFAULT_FREEZE, help=f"pip freeze of the GPU run ({DEFAULT_FREEZE})"
+    )
     args = parser.parse_args(argv)
     freeze = parse_freeze(Path(args.freeze).read_text())
     try:
@@ -182,10 +184,22 @@ def main(argv: list[str] | None = None) -> int:
     except ConstraintsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    (ROOT / GPU_OUT).write_text(render(gpu, args.freeze, "The GPU image (Dockerfile target gpu) and `pip install .[gpu]`: "
-                                       "the project + vLLM and all they pull in; torch builds from the cu130 index."))
-    (ROOT / CPU_OUT).write_text(render(cpu, args.freeze, "The CPU image (Dockerfile target cpu; head and decode pods): "
-                                       "the same versions without the gpu extra and CUDA wheels; torch builds +cpu."))
+    (ROOT / GPU_OUT).write_text(
+        render(
+            gpu,
+            args.freeze,
+            "The GPU image (Dockerfile target gpu) and `pip install .[gpu]`: "
+            "the project + vLLM and all they pull in; torch builds from the cu130 index.",
+        )
+    )
+    (ROOT / CPU_OUT).write_text(
+        render(
+            cpu,
+            args.freeze,
+            "The CPU image (Dockerfile target cpu; head and decode pods): "
+            "the same versions without the gpu extra and CUDA wheels; torch builds +cpu.",
+        )
+    )
     print(f"wrote {GPU_OUT} ({len(gpu)} packages) and {CPU_OUT} ({len(cpu)} packages)", file=sys.stderr)
     return 0
 

@@ -17,7 +17,7 @@ class BuildReport:
     Attributes:
         problems: broken schemas or rules (``check`` fails on any).
         warnings: risky but deployable (``check`` prints them and passes).
-        examples_used: git-ignored local files the build took from their ``.example``.
+        examples_used: git-ignored local files missing from the tree, filled from their ``.example``.
     """
 
     problems: list[str] = field(default_factory=list)

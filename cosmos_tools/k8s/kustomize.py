@@ -44,8 +44,9 @@ class Build:
 
     Attributes:
         objects: the Kubernetes objects, in kubectl's output order.
-        examples_used: local files (relative to the tree's root) that were missing
-            and were built from their ``.example``.
+        examples_used: local files (relative to the tree's root) missing from the
+            tree and filled from their ``.example`` for the build (whether or not
+            this kustomization reads them).
     """
 
     objects: list[dict[str, Any]]
@@ -97,8 +98,8 @@ def build(directory: str | Path, tree: str | Path | None = None, use_examples: b
     Args:
         directory: the kustomization folder (``k8s/overlays/hub-token``).
         tree: the folder everything the kustomization refers to lives in
-            (default: the parent of ``directory``'s ``base``/``overlays`` level,
-            i.e. the nearest ancestor named like ``k8s`` that holds ``base``).
+            (default: the nearest ancestor of ``directory``, itself included,
+            that holds ``base/kustomization.yaml``: ``k8s/``).
         use_examples: ``False`` builds the tree as it is (as ``kubectl apply -k`` would).
 
     Raises:

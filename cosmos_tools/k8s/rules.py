@@ -45,7 +45,7 @@ def ray_container(group: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def quantity(value: Any) -> float:
-    """A Kubernetes quantity as a number: ``"500m"`` → 0.5, ``"8Gi"`` → 8 × 2**30, ``"2"`` → 2.0.
+    """A Kubernetes quantity as a number: ``"500m"`` → 0.5, ``"8Gi"`` → 8 * 2**30, ``"2"`` → 2.0.
 
     Raises:
         ValueError: not a quantity.
@@ -89,7 +89,9 @@ def _max_replicas(options: DeploymentOptions) -> int:
 
 def _app_configs(serve_config: str) -> list[tuple[str, AppConfig]]:
     doc = yaml.load(serve_config, Loader=_Loader) or {}
-    return [(app.get("name", "?"), AppConfig.model_validate(app.get("args") or {})) for app in doc.get("applications") or []]
+    return [
+        (app.get("name", "?"), AppConfig.model_validate(app.get("args") or {})) for app in doc.get("applications") or []
+    ]
 
 
 def check_project_rules(
@@ -125,7 +127,9 @@ def check_project_rules(
     except (RenderError, OSError) as exc:
         return [f"{label}: cannot render {source}: {exc}"], []
     if actual != expected:
-        diff = "".join(list(difflib.unified_diff(actual.splitlines(True), expected.splitlines(True), "manifest", "render"))[:40])
+        diff = "".join(
+            list(difflib.unified_diff(actual.splitlines(True), expected.splitlines(True), "manifest", "render"))[:40]
+        )
         problems.append(
             f"{label}: spec.serveConfigV2 differs from the render of {display_path(path)}; run "
             f"`python -m cosmos_tools.k8s render {display_path(path)} --write <the manifest that carries it>`\n{diff}"
@@ -238,8 +242,10 @@ def _api_key_warnings(
                     "Secret: that replica would answer without authentication (see k8s/base/kustomization.yaml)"
                 )
             elif ref.get("optional"):
-                warnings.append(f"{label}: {name}: the {variable} Secret reference is optional: a missing Secret "
-                                "turns authentication off")
+                warnings.append(
+                    f"{label}: {name}: the {variable} Secret reference is optional: a missing Secret "
+                    "turns authentication off"
+                )
     return warnings
 
 
@@ -261,7 +267,7 @@ def duplicate_keys(obj: Any, path: str = "") -> list[str]:
                     fields = LIST_KEYS[key]
                     ident = tuple(item.get(f, "TCP" if f == "protocol" else None) for f in fields)
                     if ident in seen:
-                        shown = ", ".join(f"{f}={v}" for f, v in zip(fields, ident))
+                        shown = ", ".join(f"{f}={v}" for f, v in zip(fields, ident, strict=True))
                         found.append(f"{where}: two {key} entries with {shown} (the API server keeps one)")
                     seen.add(ident)
             found += duplicate_keys(value, where)
@@ -276,6 +282,8 @@ def job_problems(job: Mapping[str, Any]) -> list[str]:
     image bump fails; with a TTL the finished Job is deleted and the next apply creates it anew."""
     label = f"Job/{job.get('metadata', {}).get('name')}"
     if job.get("spec", {}).get("ttlSecondsAfterFinished") is None:
-        return [f"{label}: set spec.ttlSecondsAfterFinished: a finished Job's pod template is immutable and "
-                "blocks `kubectl apply` after an image bump"]
+        return [
+            f"{label}: set spec.ttlSecondsAfterFinished: a finished Job's pod template is immutable and "
+            "blocks `kubectl apply` after an image bump"
+        ]
     return []

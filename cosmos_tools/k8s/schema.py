@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 #: The KubeRay v1.7.0 RayService CRD (see k8s/crd/README.md).
 CRD_PATH = ROOT / "k8s" / "crd" / "ray.io_rayservices.yaml"
 #: Kubernetes version whose schemas the standard objects are checked against
-#: (kubernetes-validate ships 1.25–1.37): an old one, so that a field newer than
+#: (kubernetes-validate ships 1.25 to 1.37): an old one, so that a field newer than
 #: it fails here instead of on an older cluster.
 K8S_VERSION = "1.33"
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -114,6 +114,11 @@ def validate_objects(
         k8s({"apiVersion": "v1", "kind": "ConfigMap", "metadata": obj.get("metadata", {})}, f"{label} metadata")
         for name, group in groups(obj):
             if isinstance(group.get("template"), dict):
-                pod = {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": name}, "template": group["template"]}
+                pod = {
+                    "apiVersion": "v1",
+                    "kind": "PodTemplate",
+                    "metadata": {"name": name},
+                    "template": group["template"],
+                }
                 k8s(pod, f"{label} {name} pod template")
     return problems

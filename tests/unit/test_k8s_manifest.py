@@ -29,7 +29,13 @@ PLATFORMS = {
     "eks": {"node.kubernetes.io/instance-type": "p4de.24xlarge"},
     "gfd": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"},
 }
-BUILDS = ["base", "overlays/cpu-smoke", *(f"overlays/{p}" for p in PLATFORMS), "overlays/hub-token", "overlays/pvc-cache"]
+BUILDS = [
+    "base",
+    "overlays/cpu-smoke",
+    *(f"overlays/{p}" for p in PLATFORMS),
+    "overlays/hub-token",
+    "overlays/pvc-cache",
+]
 CONFIG = ROOT / "configs" / "a100.yaml"
 GPU_IMAGE = "registry.example.com/cosmos-serve:0.1.0"
 CPU_IMAGE = "registry.example.com/cosmos-serve-cpu:0.1.0"
@@ -126,7 +132,9 @@ def test_head_and_decode_group_hide_gpus_from_ray(builds):
 def test_api_key_comes_from_the_secret_on_every_group_that_can_run_the_ingress(builds):
     for name in BUILDS:
         service = service_of(builds[name])
-        secret = next(o for o in builds[name] if o["kind"] == "Secret" and o["metadata"]["name"] == "cosmos-serve-api-key")
+        secret = next(
+            o for o in builds[name] if o["kind"] == "Secret" and o["metadata"]["name"] == "cosmos-serve-api-key"
+        )
         assert set(secret["data"]) == {"COSMOS_SERVE_API_KEY"}
         for g in service["spec"]["rayClusterConfig"]["workerGroupSpecs"]:
             ref = env_of(g)["COSMOS_SERVE_API_KEY"]["valueFrom"]["secretKeyRef"]
@@ -178,7 +186,7 @@ def test_build_uses_examples_only_for_missing_local_files(tree):
 
 
 def test_a_real_apply_needs_the_real_local_files(tree):
-    with pytest.raises(kustomize.KustomizeError, match="api-key.env"):
+    with pytest.raises(kustomize.KustomizeError, match=r"api-key\.env"):
         kustomize.build(tree / "overlays" / "pvc-cache", tree, use_examples=False)
 
 
@@ -290,7 +298,9 @@ def test_config_that_needs_gpus_without_any_gpu_group_fails(rayservice):
         g["template"]["spec"]["containers"][0]["resources"][kind].pop(rules.GPU_RESOURCE)
     problems = rules.check_project_rules(rayservice, CONFIG)[0]
     assert any("model_replica replica" in p for p in problems), problems
-    assert any(re.search(r"need [\d.]+ CPUs and 1 GPUs, .* give Ray [\d.]+ CPUs and 0 GPUs", p) for p in problems), problems
+    assert any(re.search(r"need [\d.]+ CPUs and 1 GPUs, .* give Ray [\d.]+ CPUs and 0 GPUs", p) for p in problems), (
+        problems
+    )
 
 
 @pytest.mark.parametrize("params", [{"num-gpus": "0"}, {"num-cpus": "2", "num-gpus": "0"}])
@@ -313,7 +323,9 @@ def test_group_without_gpu_must_hide_gpus_from_ray(rayservice, name):
 
 
 def test_missing_ephemeral_storage_request_fails(rayservice):
-    del group(rayservice, "cpu-decode")["template"]["spec"]["containers"][0]["resources"]["requests"]["ephemeral-storage"]
+    del group(rayservice, "cpu-decode")["template"]["spec"]["containers"][0]["resources"]["requests"][
+        "ephemeral-storage"
+    ]
     assert [p.split(":")[1].strip() for p in problems_of(rayservice)] == ["cpu-decode"]
     assert "request ephemeral-storage" in problems_of(rayservice)[0]
 
@@ -343,7 +355,10 @@ def test_hand_edited_serve_config_fails(rayservice):
 def test_serve_config_without_its_header_fails(rayservice):
     rayservice["spec"]["serveConfigV2"] = rayservice["spec"]["serveConfigV2"].split("\n", 1)[1]
     assert rules.check_project_rules(rayservice) == (
-        ["RayService/cosmos-serve: spec.serveConfigV2 has no `# Generated from <config>` header: render it from a config"],
+        [
+            "RayService/cosmos-serve: spec.serveConfigV2 has no `# Generated from <config>` header: "
+            "render it from a config"
+        ],
         [],
     )
 
@@ -381,7 +396,8 @@ def test_too_small_worker_groups_fail(rayservice, tmp_path):
     problems = rules.check_project_rules(rayservice, config)[0]
     args = yaml.safe_load(text)["applications"][0]["args"]
     need = sum(
-        args[d]["num_cpus"] * (args[d].get("autoscaling_config") or {}).get("max_replicas", args[d].get("num_replicas") or 1)
+        args[d]["num_cpus"]
+        * (args[d].get("autoscaling_config") or {}).get("max_replicas", args[d].get("num_replicas") or 1)
         for d in ("ingress", "decoder", "model_replica")
     )
     assert need > 40
@@ -438,10 +454,13 @@ def test_duplicate_keys_in_keyed_lists_fail(rayservice, where, entry, expected):
 
 def test_duplicate_env_in_an_overlay_fails_the_check(tree):
     patch = tree / "overlays" / "hub-token" / "hf-token-env.yaml"
-    patch.write_text(patch.read_text() + (
-        "- op: add\n  path: /spec/rayClusterConfig/workerGroupSpecs/1/template/spec/containers/0/env/-\n"
-        "  value: {name: HF_HOME, value: /tmp/hf}\n"
-    ))
+    patch.write_text(
+        patch.read_text()
+        + (
+            "- op: add\n  path: /spec/rayClusterConfig/workerGroupSpecs/1/template/spec/containers/0/env/-\n"
+            "  value: {name: HF_HOME, value: /tmp/hf}\n"
+        )
+    )
     report = check.check_build(tree / "overlays" / "hub-token", tree)
     assert len(report.problems) == 1 and "two env entries with name=HF_HOME" in report.problems[0]
 
@@ -450,7 +469,10 @@ def test_job_without_ttl_fails(tree):
     job = tree / "overlays" / "pvc-cache" / "download-job.yaml"
     job.write_text(job.read_text().replace("  ttlSecondsAfterFinished: 600\n", ""))
     report = check.check_build(tree / "overlays" / "pvc-cache", tree)
-    assert len(report.problems) == 1 and "Job/cosmos-model-download: set spec.ttlSecondsAfterFinished" in report.problems[0]
+    assert (
+        len(report.problems) == 1
+        and "Job/cosmos-model-download: set spec.ttlSecondsAfterFinished" in report.problems[0]
+    )
 
 
 def test_check_command_exit_codes(tree, monkeypatch, capsys):

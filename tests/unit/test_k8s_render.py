@@ -76,7 +76,8 @@ def test_replace_block_keeps_the_rest_of_the_manifest():
     text = "a: 1  # keep\nspec:\n  serveConfigV2: |\n    old: 1\n\n    older: 2\n  rayClusterConfig:\n    x: 1\n"
     out = k8s.replace_serve_config(text, "# head\nnew: 2\nlist:\n- 1\n")
     assert out == (
-        "a: 1  # keep\nspec:\n  serveConfigV2: |\n    # head\n    new: 2\n    list:\n    - 1\n  rayClusterConfig:\n    x: 1\n"
+        "a: 1  # keep\nspec:\n  serveConfigV2: |\n    # head\n    new: 2\n    list:\n    - 1\n"
+        "  rayClusterConfig:\n    x: 1\n"
     )
     assert yaml.safe_load(out)["spec"]["serveConfigV2"] == "# head\nnew: 2\nlist:\n- 1\n"
     assert k8s.replace_serve_config(out, "# head\nnew: 2\nlist:\n- 1\n") == out  # idempotent

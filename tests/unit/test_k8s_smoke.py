@@ -19,7 +19,7 @@ pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[2]
 CLIP = ROOT / "tests" / "data" / "dashcam_0p4s.mp4"
 
-FAKE_KUBECTL = textwrap.dedent('''
+FAKE_KUBECTL = textwrap.dedent("""
     import http.server, json, os, sys, threading
     log = os.environ["FAKE_LOG"]
     with open(log, "a") as f:
@@ -63,7 +63,7 @@ FAKE_KUBECTL = textwrap.dedent('''
     server = http.server.HTTPServer(("127.0.0.1", port), Handler)
     threading.Timer(60, server.shutdown).start()
     server.serve_forever()
-''')
+""")
 
 
 def free_port() -> int:
@@ -92,7 +92,14 @@ def test_smoke_script_applies_waits_checks_readiness_and_asks_one_question(tmp_p
     out, calls = run_smoke(tmp_path, NAMESPACE="smoke")
     assert out.returncode == 0, out.stdout + out.stderr
     assert calls[0] == ["--namespace", "smoke", "apply", "-k", "k8s/overlays/cpu-smoke"]
-    assert calls[1] == ["--namespace", "smoke", "wait", "--for=condition=Ready", "rayservice/cosmos-serve", "--timeout=20m"]
+    assert calls[1] == [
+        "--namespace",
+        "smoke",
+        "wait",
+        "--for=condition=Ready",
+        "rayservice/cosmos-serve",
+        "--timeout=20m",
+    ]
     assert calls[2][:4] == ["--namespace", "smoke", "port-forward", "svc/cosmos-serve-serve-svc"]
     assert calls[2][4].endswith(":8000")
     assert ["POST", "/v1/video/query", True] in calls  # bearer key, clip and question arrived

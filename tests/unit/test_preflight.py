@@ -41,7 +41,7 @@ def local_ray(monkeypatch):
 def test_problems_of_the_a100_config(gpus, has_vllm, expected):
     found = preflight.problems(config_of("a100.yaml"), gpus, has_vllm)
     assert len(found) == len(expected)
-    assert all(e in f for e, f in zip(expected, found)), found
+    assert all(e in f for e, f in zip(expected, found, strict=True)), found
 
 
 def test_cpu_config_needs_nothing():
