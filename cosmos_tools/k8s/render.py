@@ -23,7 +23,7 @@ from __future__ import annotations
 import copy
 import io
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -139,12 +139,16 @@ def replace_serve_config(manifest_text: str, serve_config: str) -> str:
     docs = list(rt.load_all(manifest_text))
     hits = 0
     for doc in docs:
-        if isinstance(doc, Mapping) and isinstance(doc.get("spec"), Mapping) and "serveConfigV2" in doc["spec"]:
+        if (
+            isinstance(doc, MutableMapping)
+            and isinstance(doc.get("spec"), MutableMapping)
+            and "serveConfigV2" in doc["spec"]
+        ):
             doc["spec"]["serveConfigV2"] = LiteralScalarString(serve_config)
             hits += 1
         elif isinstance(doc, list):
             for op in doc:
-                if isinstance(op, Mapping) and op.get("path") == "/spec/serveConfigV2" and "value" in op:
+                if isinstance(op, MutableMapping) and op.get("path") == "/spec/serveConfigV2" and "value" in op:
                     op["value"] = LiteralScalarString(serve_config)
                     hits += 1
     if not hits:
