@@ -1,7 +1,8 @@
 # The cosmos-serve images for KubeRay (k8s/), two targets of one file:
 #
 #   gpu  the model pods: Ray's CUDA 13.0 image + the exact package set of the last
-#        passing tests/gpu run (constraints/gpu.txt: vLLM 0.24.0, torch 2.11.0+cu130)
+#        passing tests/gpu run (constraints/gpu.txt: vLLM 0.24.0, torch 2.11.0,
+#        whose PyPI wheel is the CUDA 13.0 build)
 #   cpu  the head and decode pods: Ray's CPU image + the same versions without
 #        vLLM and CUDA wheels (constraints/image-cpu.txt; torch 2.11.0+cpu)
 #
@@ -24,7 +25,11 @@
 #
 # Layers: the pinned dependencies first (~4.4 GB on the GPU side, rebuilt only
 # when the constraints file changes), then the code, installed --no-deps (a code
-# change rebuilds a few hundred kB).
+# change rebuilds a few hundred kB). The pins are installed --no-deps too: they
+# are the exact set that ran (generated from results/gpu/gpu-freeze.txt by
+# `python -m cosmos_tools.constraints`), which pip's resolver would refuse as a
+# whole (the header of each file says why, e.g. Ray 2.60 declares aiohttp>=3.14.4
+# and 3.14.3 ran).
 ARG RAY_VERSION=2.60.0
 ARG PYTHON_TAG=py312
 ARG CUDA_TAG=cu130
@@ -33,7 +38,7 @@ FROM rayproject/ray:${RAY_VERSION}-${PYTHON_TAG}-cpu AS cpu
 ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu
 WORKDIR /home/ray/cosmos-serve
 COPY --chown=ray:users constraints/image-cpu.txt constraints/
-RUN pip install --no-cache-dir --extra-index-url "${TORCH_INDEX}" -r constraints/image-cpu.txt
+RUN pip install --no-cache-dir --no-deps --extra-index-url "${TORCH_INDEX}" -r constraints/image-cpu.txt
 COPY --chown=ray:users pyproject.toml README.md ./
 COPY --chown=ray:users serve_app ./serve_app
 COPY --chown=ray:users loadtest ./loadtest
@@ -44,11 +49,9 @@ RUN pip install --no-cache-dir --no-deps . \
  && python -c "import serve_app.app, ray; print('cosmos-serve (CPU) on Ray', ray.__version__)"
 
 FROM rayproject/ray:${RAY_VERSION}-${PYTHON_TAG}-${CUDA_TAG} AS gpu
-# torch/torchvision +cu130 builds come from PyTorch's CUDA 13.0 index.
-ARG TORCH_INDEX=https://download.pytorch.org/whl/cu130
 WORKDIR /home/ray/cosmos-serve
 COPY --chown=ray:users constraints/gpu.txt constraints/
-RUN pip install --no-cache-dir --extra-index-url "${TORCH_INDEX}" -r constraints/gpu.txt
+RUN pip install --no-cache-dir --no-deps -r constraints/gpu.txt
 COPY --chown=ray:users pyproject.toml README.md ./
 COPY --chown=ray:users serve_app ./serve_app
 COPY --chown=ray:users loadtest ./loadtest
