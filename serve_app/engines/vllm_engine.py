@@ -117,7 +117,7 @@ def engine_prompt(request: GenerationRequest, extra_processor_kwargs: dict[str, 
     return {
         "prompt": request.prompt,
         "multi_modal_data": {"video": request.frames},
-        "multi_modal_uuids": {"video": [f"clip-{request.request_id}"]},
+        "multi_modal_uuids": {"video": [request.media_uuid]},
         "mm_processor_kwargs": processor_kwargs(request.frames.shape[0], request.fps, extra_processor_kwargs),
     }
 
