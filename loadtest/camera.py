@@ -100,6 +100,18 @@ class _Packet:
     duration: int
     keyframe: bool
 
+    @property
+    def decode_ts(self) -> int:
+        """Decode-order timestamp: dts, else pts (stream time base).
+
+        Raises:
+            WindowCutError: the packet has neither (only remuxed, i.e. timed, streams are asked).
+        """
+        ts = self.dts if self.dts is not None else self.pts
+        if ts is None:
+            raise WindowCutError("a packet without timestamps cannot be remuxed")
+        return ts
+
 
 @dataclasses.dataclass
 class _Index:
@@ -141,9 +153,9 @@ def _index(path: Path) -> _Index:
         raise WindowCutError(f"{path} contains no video frames")
     timed = fmt not in INDEX_TIMED_FORMATS and all(p.pts is not None for p in packets)
     if timed:
-        pts = sorted(p.pts for p in packets)
+        pts = sorted(p.pts for p in packets if p.pts is not None)  # all of them, when timed
         first = pts[0]
-        step = packets[-1].duration or (int(round(1 / (rate * tb))) if rate else 0)
+        step = packets[-1].duration or (round(1 / (rate * tb)) if rate else 0)
         duration = float((pts[-1] + step - first) * tb)
     else:
         first = 0
@@ -164,11 +176,10 @@ def _remux(src: Path, idx: _Index, first: int, end_ts: int) -> bytes:
     """MP4 bytes holding packets ``first…`` (decode order) whose dts is before ``end_ts``."""
     chosen = []
     for p in idx.packets[first:]:
-        d = p.dts if p.dts is not None else p.pts
-        if d >= end_ts:
+        if p.decode_ts >= end_ts:
             break
         chosen.append(p)
-    shift = min(p.dts if p.dts is not None else p.pts for p in chosen)
+    shift = min(p.decode_ts for p in chosen)
     buf = io.BytesIO()
     with av.open(str(src)) as inp:
         template = inp.streams.video[0]
@@ -215,7 +226,7 @@ def _reencode(src: Path, idx: _Index, ranges: dict[int, tuple[float, float]]) ->
         out = av.open(buf, mode="w", format="mp4")
         ostream = out.add_stream("libx264", rate=Fraction(rate).limit_denominator(1001), options=REENCODE_OPTIONS)
         ostream.codec_context.time_base = tb_out
-        ostream.codec_context.gop_size = max(1, int(round(REENCODE_GOP_S * rate)))
+        ostream.codec_context.gop_size = max(1, round(REENCODE_GOP_S * rate))
         ostream.pix_fmt = "yuv420p"
         ostream.width, ostream.height = frame.width - frame.width % 2, frame.height - frame.height % 2
         return (k, buf, out, ostream, -1)
@@ -224,10 +235,7 @@ def _reencode(src: Path, idx: _Index, ranges: dict[int, tuple[float, float]]) ->
         stream = inp.streams.video[0]
         i = 0
         for frame in inp.decode(stream):
-            if idx.timed and frame.pts is not None:
-                t = idx.t(frame.pts)
-            else:
-                t = i / rate
+            t = idx.t(frame.pts) if idx.timed and frame.pts is not None else i / rate
             i += 1
             while order and t >= ranges[order[0]][1] - 1e-6:
                 if cur is not None and cur[0] == order[0]:
@@ -243,7 +251,7 @@ def _reencode(src: Path, idx: _Index, ranges: dict[int, tuple[float, float]]) ->
             if cur is None:
                 cur = open_window(k, frame)
             _, buf, out, ostream, last_pts = cur
-            pts = max(last_pts + 1, int(round((t - a) / tb_out)))
+            pts = max(last_pts + 1, round((t - a) / tb_out))
             cur = (k, buf, out, ostream, pts)
             f = frame.reformat(width=ostream.width, height=ostream.height, format="yuv420p")
             f.pts, f.time_base = pts, tb_out
@@ -300,11 +308,11 @@ def cut_windows(path: str, window_s: float, max_preroll_s: float | None = None) 
     encoded = _reencode(src, idx, to_encode) if to_encode else {}
     for k, data in encoded.items():
         windows[k] = Window(k, *to_encode[k], 0.0, float(window_s), data, "reencode", 0.0)
-    windows = [windows[k] for k in range(n)]
+    ordered = tuple(windows[k] for k in range(n))
     logger.info(
-        "cut %s into %d × %g-s windows (%s)", path, n, window_s, ", ".join(sorted({w.method for w in windows}))
+        "cut %s into %d × %g-s windows (%s)", path, n, window_s, ", ".join(sorted({w.method for w in ordered}))
     )
-    return tuple(windows)
+    return ordered
 
 
 def source_windows(

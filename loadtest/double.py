@@ -63,8 +63,8 @@ def build_double(service_ms: float = 50.0, token_ms: float = 0.0, max_concurrenc
         try:
             q, source = await parse_query(request, config)
         except ServeAppError as e:
-            status, body, headers = to_http(e)
-            return JSONResponse(body, status_code=status, headers=headers)
+            status, payload, headers = to_http(e)
+            return JSONResponse(payload, status_code=status, headers=headers)
         stats["requests"] += 1
         stats["bytes"] += len(source.data or b"")
         fps = q.fps or config.decode.fps
@@ -147,6 +147,7 @@ def running_double(
         deadline = time.monotonic() + startup_timeout_s
         while True:
             if proc.poll() is not None:
+                assert proc.stderr is not None  # stderr=PIPE
                 raise RuntimeError(f"test double exited ({proc.returncode}): {proc.stderr.read().decode()[-2000:]}")
             try:
                 if httpx.get(f"{url}/healthz", timeout=2, trust_env=False).status_code == 200:

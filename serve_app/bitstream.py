@@ -21,6 +21,10 @@ unknown), and the decoder then lets FFmpeg decide per packet.
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12
 
 _H264_SLICE_TYPES = frozenset({1, 2, 3, 4, 5})
 _HEVC_NONREF_TYPES = frozenset({0, 2, 4, 6, 8, 10, 12, 14})
@@ -39,7 +43,7 @@ class ReferenceParser:
     length_size: int
 
     @classmethod
-    def for_stream(cls, codec_name: str, extradata: bytes | None) -> "ReferenceParser | None":
+    def for_stream(cls, codec_name: str, extradata: bytes | None) -> ReferenceParser | None:
         """A parser for a length-prefixed H.264/HEVC stream, or None when the rule cannot be applied.
 
         Args:
@@ -56,7 +60,7 @@ class ReferenceParser:
             return cls("hevc", (ed[21] & 0x03) + 1)
         return None
 
-    def is_reference(self, data) -> bool | None:
+    def is_reference(self, data: Buffer) -> bool | None:
         """Whether the packet's picture is used for reference.
 
         Args:

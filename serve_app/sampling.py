@@ -220,7 +220,7 @@ class FrameSelector:
             self._cands.append((t, frame))
         return out
 
-    def _settle(self, out: list) -> None:
+    def _settle(self, out: list[tuple[int, float, object]]) -> None:
         g, tol = self.grid.target(self._k), self.grid.tolerance_s
         near = [c for c in self._cands if abs(c[0] - g) <= tol]
         if near:

@@ -56,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         log: list[str] = []
 
         def reader() -> None:
+            assert proc.stdout is not None  # stdout=PIPE
             for line in proc.stdout:
                 log.append(line)
                 if READY in line:

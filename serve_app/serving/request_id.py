@@ -51,4 +51,5 @@ def request_id_of(scope: Mapping[str, Any]) -> str:
     Raises:
         KeyError: the middleware did not run for this request (a wiring bug).
     """
-    return scope["state"][STATE_KEY]
+    rid: str = scope["state"][STATE_KEY]
+    return rid

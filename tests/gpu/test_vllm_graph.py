@@ -26,7 +26,7 @@ def _gpu_ready() -> str | None:
 
         if not torch.cuda.is_available():
             return "no CUDA GPU"
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - any import or CUDA failure means "skip: no usable GPU"
         return f"torch unavailable: {e}"
     return None
 

@@ -34,7 +34,7 @@ def assert_on_grid(ts, start=0.0, fps=4.0, tol=0.125):
 
 def assert_frames_match_times(clip, frame_times):
     """Each kept frame's pixels carry the index of the source frame shown at its timestamp (to the ms)."""
-    for img, t in zip(clip.frames, clip.timestamps_s):
+    for img, t in zip(clip.frames, clip.timestamps_s, strict=True):
         shown = read_code(img)
         assert abs(frame_times[shown] - t) < 0.0015, f"frame for {t:.3f} s shows source frame {shown}"
 

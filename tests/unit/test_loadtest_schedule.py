@@ -1,5 +1,6 @@
 """Arrival schedules: real-time windows, phases, open-loop intervals, Poisson, request caps."""
 
+import itertools
 import random
 import statistics
 
@@ -44,7 +45,7 @@ def test_per_camera_windows_give_per_camera_rates():
 def test_poisson_gaps_average_the_interval_and_deadlines_are_the_actual_gaps():
     arrivals = plan("poisson", [2.0], 4000.0, seed=3)
     times = [a.at_s for a in arrivals]
-    gaps = [b - a for a, b in zip(times, times[1:])]
+    gaps = [b - a for a, b in itertools.pairwise(times)]
     assert statistics.mean(gaps) == pytest.approx(2.0, rel=0.08)
     assert statistics.stdev(gaps) == pytest.approx(2.0, rel=0.1)  # exponential: sd = mean
     assert [a.deadline_s for a in arrivals[:-1]] == pytest.approx(gaps)
