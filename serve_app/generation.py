@@ -58,15 +58,7 @@ class _NoMetrics:
     def dequeued(self, queue_ms: float | None) -> None:
         pass
 
-    def done(
-        self,
-        finish_reason: str,
-        *,
-        model_ms: float | None = None,
-        ttft_ms: float | None = None,
-        prompt_tokens: int | None = None,
-        completion_tokens: int = 0,
-    ) -> None:
+    def done(self, finish_reason: str, **counts: float | None) -> None:
         pass
 
 
