@@ -96,6 +96,10 @@ class QwenTikTokenConverter(TikTokenConverter):
     * **NFC normalisation** and the added tokens of :data:`~serve_app.model_facts.ADDED_TOKENS`
       with their ids and ``special`` flags (the generic converter marks every extra token special).
 
+    The result was checked against the former hand-written ``tokenizer.json``: the same vocabulary,
+    merges, ids, offsets and decoded text; only ByteLevel flags that ``tokenizers`` ignores in the
+    decoder (and ``trim_offsets`` of the pre-tokenizer) are written differently.
+
     Args:
         vocab_file: path of ``qwen.tiktoken`` (default: :func:`tiktoken_file`).
 

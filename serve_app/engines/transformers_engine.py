@@ -112,8 +112,12 @@ class TransformersEngine(Engine):
         import torch
         from transformers import StoppingCriteria, StoppingCriteriaList
 
+        stopped_by_cancel = threading.Event()
+
         class _Cancel(StoppingCriteria):
             def __call__(self, input_ids, scores, **kwargs):
+                if cancel.is_set():
+                    stopped_by_cancel.set()
                 return torch.full((input_ids.shape[0],), cancel.is_set(), dtype=torch.bool)
 
         s = request.sampling
@@ -133,7 +137,9 @@ class TransformersEngine(Engine):
         with torch.inference_mode():
             out = self.model.generate(**inputs, **kwargs)
         n_out = int(out.shape[1]) - int(inputs["input_ids"].shape[1])
-        if cancel.is_set():
+        # Only a generation the cancel flag actually stopped is an abort: the flag is also set once the
+        # consumer has read the end of the stream, which may come before this line runs.
+        if stopped_by_cancel.is_set():
             reason = "abort"
         elif n_out >= s.max_tokens:
             reason = "length"

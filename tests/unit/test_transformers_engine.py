@@ -90,3 +90,11 @@ def test_generate_failure_is_raised_not_hung(engine, monkeypatch):
     with pytest.raises(RuntimeError, match="boom in generate"):
         asyncio.run(asyncio.wait_for(collect(engine, request("t5", 4)), timeout=120))
     assert engine.num_unfinished() == 0
+
+
+def test_finished_generation_is_never_reported_as_abort(engine):
+    """The consumer reads the end of the stream (and sets the cancel flag) while the worker thread may
+    not yet have chosen the finish reason: only a generation the flag stopped is an abort."""
+    for i in range(8):
+        chunks = asyncio.run(collect(engine, request(f"t6-{i}", 2)))
+        assert (chunks[-1].finish_reason, chunks[-1].completion_tokens) == ("length", 2)
