@@ -5,17 +5,30 @@
 
 1. **Open** (:mod:`serve_app.container`): video container formats only; a
    known container that will not open is 422 (truncated/damaged), anything
-   else 415; frame size and aspect limits are checked before decoding.
-2. **Demux pass** (packets only, no decoding): the frame times, which
-   pictures are references (:mod:`serve_app.bitstream`), the clip's end,
-   and the packets of the requested window, kept in memory.
+   else 415; frame size and aspect limits are checked before decoding (a
+   stream whose size FFmpeg's probe did not find is checked at its first
+   decoded picture instead).
+2. **Demux pass** (packets only, no decoding): the frame times on the
+   player's timeline (:mod:`serve_app.timeline`: edit lists applied, 0 s =
+   the first presented picture), which pictures are references
+   (:mod:`serve_app.bitstream`), the clip's end, and the packets of the
+   requested window, kept in memory.
 3. **Plan**: the sampling grid and, per target, the frame to keep
    (:func:`serve_app.sampling.plan_picks`, reference frames preferred).
-4. **Decode pass** over the kept packets: a non-reference picture that is not
+4. **Fast decode** over the kept packets: a non-reference picture that is not
    kept is never sent to the decoder (H.264/HEVC), or is skipped by FFmpeg
    (``skip_frame=NONREF`` for that packet, other codecs); decoding stops
    after the last kept frame. Only kept frames are converted, straight to the
    target size (:class:`serve_app.frames.FrameStore`).
+5. **No silent loss.** At the first sign of trouble in the fast decode (a
+   decode error, a picture flagged corrupt, a planned picture the decoder
+   never output) the window is decoded again the plain way: every packet, past
+   errors, picking from what the decoder shows (the costs fall only on
+   troubled clips). Streams that start before their first keyframe, with
+   timestamps that jump back, or without a probed frame size go the plain way
+   from the start. Every grid target still more than one step from a
+   returned frame is reported in ``gaps`` and ``warnings`` with its time range
+   and the reason (no pictures there, no keyframe yet, damaged data).
 
 AVI and raw elementary streams have no trustworthy presentation timestamps
 (packed B-frames scramble them): they are timed by frame index and decoded
@@ -23,11 +36,10 @@ from their first packet, choosing frames with
 :class:`serve_app.sampling.FrameSelector`; so are clips whose timestamps do
 not advance (with a warning).
 
-A clip that breaks mid-stream keeps the frames it could decode, with a
-warning saying where decoding stopped: a truncated file up to its end,
-damaged data up to the damage and again from the next keyframe. Fewer than
-two frames after a break is a 422. Errors are
-:class:`serve_app.errors.ServeAppError` subclasses with their HTTP status.
+A clip that breaks mid-stream keeps the frames it could decode, with
+warnings saying where and why. Fewer than two frames is a 422 that gives
+the reason. Errors are :class:`serve_app.errors.ServeAppError` subclasses
+with their HTTP status.
 """
 
 from __future__ import annotations
@@ -38,26 +50,21 @@ import math
 import time
 from pathlib import Path
 
-import av
 import numpy as np
 
-from serve_app.bitstream import ReferenceParser
 from serve_app.config import DecodeConfig, LimitsConfig
 from serve_app.container import check_frame_limits, configure_decoder, open_container, video_stream
-from serve_app.errors import PayloadTooLargeError, UnprocessableClipError, UpstreamTimeoutError
+from serve_app.decode_passes import PacketIndex, decode_plain, decode_planned, demux, error_warning, frame_rate
+from serve_app.errors import PayloadTooLargeError, UnprocessableClipError
 from serve_app.frames import FrameStore
-from serve_app.sampling import FrameSelector, SamplingGrid, plan_grid, plan_picks
-from serve_app.timeline import DISCONTINUITY_S, Gap, Timeline, build_timeline, find_gaps
+from serve_app.sampling import SamplingGrid, plan_grid, plan_picks
+from serve_app.timeline import Gap, Timeline, build_timeline, find_gaps
 
 logger = logging.getLogger(__name__)
 
 #: Containers with no trustworthy presentation timestamps: frame i shows at i / rate.
 INDEX_TIMED_FORMATS = frozenset({"avi", "h264", "hevc", "m4v", "mjpeg"})
 
-#: Raw elementary streams: the container knows no rate (FFmpeg assumes 25 fps); the bitstream's may.
-_RAW_FORMATS = frozenset({"h264", "hevc", "m4v", "mjpeg"})
-#: Seconds demuxed past a window's end (B-frames show after later-decoded frames).
-_POSTROLL_S = 2.0
 #: A header duration this much (s) longer than the frames found means a truncated file.
 _TRUNCATION_SLACK_S = 0.5
 
@@ -144,242 +151,6 @@ class DecodedClip:
         )
 
 
-# --------------------------------------------------------------------------- demux pass
-
-
-@dataclasses.dataclass
-class _PacketIndex:
-    """What the demux pass learned, per non-empty video packet in decode order."""
-
-    pts: list[int | None]  # pts, else dts (stream time base); the packet number when index-timed
-    dts: list[int | None]
-    discard: list[bool]  # the container discards the picture (before an edit list's start)
-    keys: list[bool]  # keyframe packets
-    refs: list[bool | None]  # reference picture (bitstream), None when unknown
-    kept: list[av.Packet]  # packets of the window, decode order, from a keyframe (or the first packet)
-    kept_first: int  # index of kept[0]
-    count: int  # non-empty video packets seen
-    last_duration: int | None  # duration of the last packet, stream time base
-    eof: bool  # demuxed to the end of the file (not stopped early)
-    error: str | None  # demuxer error that ended the pass early
-
-
-def _demux(
-    container, stream, request: SampleRequest, index_timed: bool, limits: LimitsConfig, deadline: float
-) -> _PacketIndex:
-    tb = float(stream.time_base) if stream.time_base else 0.0
-    rate = _frame_rate(container, stream) or 25.0
-    cc = stream.codec_context
-    parser = None if index_timed else ReferenceParser.for_stream(cc.name, cc.extradata)
-    start_s = request.start_s or 0.0
-    earliest_pick_s = 0.5 / request.fps  # the first target may take a frame this much before the window
-    stop_s = (request.end_s + _POSTROLL_S) if request.end_s is not None else None
-    max_s = limits.max_clip_duration_s * 1.01 + 1.0
-    idx = _PacketIndex([], [], [], [], [], [], 0, 0, None, True, None)
-    t0: int | None = None
-    try:
-        for packet in container.demux(stream):
-            if packet.size == 0:
-                continue
-            if idx.count % 64 == 0 and time.perf_counter() > deadline:
-                raise UpstreamTimeoutError("reading the clip took longer than the decode time limit", param="video")
-            n = idx.count
-            idx.count += 1
-            ts = packet.pts if packet.pts is not None else packet.dts
-            discard = bool(packet.is_discard)
-            idx.pts.append(n if index_timed else ts)
-            idx.dts.append(packet.dts)
-            idx.discard.append(discard)
-            idx.keys.append(bool(packet.is_keyframe))
-            if index_timed or ts is None or tb == 0.0:
-                t = n / rate
-            elif discard:
-                t = -1.0  # before the edit list's start: never shown
-            else:
-                t0 = ts if t0 is None else min(t0, ts)
-                t = (ts - t0) * tb
-            idx.refs.append(parser.is_reference(packet) if parser is not None else None)
-            if packet.duration:
-                idx.last_duration = packet.duration
-            if t > max_s:
-                raise PayloadTooLargeError(
-                    f"clip lasts more than {limits.max_clip_duration_s:.0f} s (the limit)", param="video"
-                )
-            if packet.is_keyframe and not index_timed and t <= start_s - earliest_pick_s:
-                idx.kept.clear()  # decoding can start here: earlier packets are not needed
-                idx.kept_first = n
-            idx.kept.append(packet)
-            if stop_s is not None and t > stop_s:
-                idx.eof = False
-                break
-    except av.error.FFmpegError as e:
-        idx.error = e.strerror or str(e)
-    return idx
-
-
-# --------------------------------------------------------------------------- decode passes
-
-
-@dataclasses.dataclass
-class _Decoded:
-    """What a decode pass did: pictures decoded, errors ``(time_s, message)``, trouble seen, first picture time."""
-
-    decoded: int = 0
-    errors: list[tuple[float, str]] = dataclasses.field(default_factory=list)
-    trouble: str | None = None
-    first_s: float | None = None
-
-
-def _decode_error(e: av.error.FFmpegError) -> str:
-    return (e.strerror or str(e)).split(":")[0]
-
-
-def _packet_time(idx: _PacketIndex, timeline: Timeline, i: int) -> float:
-    """Timeline time (s) of kept packet ``i`` (the nearest earlier shown one for a discarded picture)."""
-    times = timeline.times_s[idx.kept_first : idx.kept_first + i + 1]
-    shown = times[~np.isnan(times)]
-    return float(shown[-1]) if len(shown) else 0.0
-
-
-def _decode_planned(
-    stream, idx: _PacketIndex, timeline: Timeline, wanted: dict[int, float], store: FrameStore, deadline: float,
-    decode: DecodeConfig,
-) -> _Decoded:  # fmt: skip
-    """The fast path: decodes the kept packets, skipping non-reference pictures nobody keeps, converting
-    the frames whose pts is in ``wanted`` (pts → seconds). Stops at the first sign of trouble (a decode
-    error, a frame flagged corrupt, a planned picture the decoder never output) and says which in ``trouble``.
-    """
-    cc = stream.codec_context
-    refs = idx.refs
-    toggle = decode.threads == 1  # per-packet skip_frame needs a single decoding thread
-    skipping = False
-    out = _Decoded()
-    remaining = len(wanted)
-    last_pts = None
-
-    def take(frames) -> None:
-        nonlocal remaining, last_pts
-        for f in frames:
-            out.decoded += 1
-            t = wanted.get(f.pts)
-            if t is not None and (last_pts is None or f.pts > last_pts):
-                if f.is_corrupt:
-                    out.trouble = f"the decoder flagged the picture at {t:.2f} s as corrupt"
-                    return
-                if out.first_s is None:
-                    out.first_s = t
-                store.add(f, t)
-                last_pts = f.pts
-                remaining -= 1
-
-    for i, packet in enumerate(idx.kept):
-        if remaining <= 0 or out.trouble:
-            break
-        if i % 32 == 0 and time.perf_counter() > deadline:
-            raise UpstreamTimeoutError(
-                f"decoding took longer than the limit of {decode.timeout_s:.0f} s", param="video"
-            )
-        is_wanted = packet.pts in wanted
-        ref = refs[idx.kept_first + i]
-        if ref is False and not is_wanted:
-            continue  # a non-reference picture nobody keeps: never decode it
-        if toggle and ref is None and skipping == is_wanted:
-            skipping = not is_wanted
-            cc.skip_frame = "NONREF" if skipping else "DEFAULT"
-        try:
-            take(cc.decode(packet))
-        except av.error.FFmpegError as e:
-            where = _packet_time(idx, timeline, i)
-            out.errors.append((where, _decode_error(e)))
-            out.trouble = f"a decode error at {where:.2f} s ({_decode_error(e)})"
-    else:
-        if remaining > 0 and not out.trouble:
-            try:
-                take(cc.decode(None))
-            except av.error.FFmpegError as e:
-                out.errors.append((_packet_time(idx, timeline, len(idx.kept) - 1), _decode_error(e)))
-                out.trouble = f"a decode error at the end of the stream ({_decode_error(e)})"
-    if remaining > 0 and not out.trouble:
-        out.trouble = f"{remaining} planned pictures never came out of the decoder"
-    cc.skip_frame = "DEFAULT"
-    return out
-
-
-def _decode_plain(
-    stream, idx: _PacketIndex, timeline: Timeline, grid: SamplingGrid, rate: float, store: FrameStore,
-    deadline: float, decode: DecodeConfig, limits: LimitsConfig,
-) -> _Decoded:  # fmt: skip
-    """The plain path: decodes every kept packet, as a player does, past errors; picks the frame nearest
-    each grid target from the decoder's output (:class:`FrameSelector`).
-
-    Frame times: the frame's pts on the timeline (backwards jumps unwrapped as in
-    :func:`serve_app.timeline.build_timeline`), or its order at ``rate`` for index-timed clips.
-    Checks the frame-size limits on the first decoded picture (the probe may not have found them).
-    """
-    cc = stream.codec_context
-    cc.skip_frame = "DEFAULT"
-    tb = float(stream.time_base) if stream.time_base else 0.0
-    step = 1.0 / rate
-    selector = FrameSelector(grid)
-    out = _Decoded()
-    n = 0  # frames output
-    off, last_t = 0.0, -math.inf
-
-    def when(f) -> float:
-        nonlocal off, last_t
-        if timeline.index_timed or f.pts is None:
-            t = (idx.kept_first + n) * step if timeline.index_timed else last_t + step
-        else:
-            t = (f.pts - timeline.origin) * tb + off
-            if t < last_t - DISCONTINUITY_S:  # a new recording starts: continue after the last frame
-                off += last_t + step - t
-                t = last_t + step
-        last_t = max(last_t, t)
-        return t
-
-    def push(frames) -> None:
-        nonlocal n
-        for f in frames:
-            if n == 0:
-                check_frame_limits(f.width, f.height, decode, limits, "video")
-            t = when(f)
-            n += 1
-            out.decoded += 1
-            if out.first_s is None:
-                out.first_s = t
-            if selector.wants(t):
-                for _k, t_kept, kept in selector.push(t, f):
-                    store.add(kept, t_kept)
-
-    for i, packet in enumerate(idx.kept):
-        if selector.done:
-            break
-        if i % 32 == 0 and time.perf_counter() > deadline:
-            raise UpstreamTimeoutError(
-                f"decoding took longer than the limit of {decode.timeout_s:.0f} s", param="video"
-            )
-        try:
-            push(cc.decode(packet))
-        except av.error.FFmpegError as e:
-            out.errors.append((_packet_time(idx, timeline, i), _decode_error(e)))
-            if timeline.index_timed:
-                n += 1  # the picture of this packet is missing: later ones keep their place
-    else:
-        try:
-            push(cc.decode(None))
-        except av.error.FFmpegError as e:
-            out.errors.append((_packet_time(idx, timeline, len(idx.kept) - 1), _decode_error(e)))
-    for _k, t_kept, kept in selector.finish():
-        store.add(kept, t_kept)
-    return out
-
-
-def _error_warning(errors: list[tuple[float, str]]) -> str:
-    (t, msg), more = errors[0], len(errors) - 1
-    tail = f"; {more} more packets up to {errors[-1][0]:.2f} s did not decode" if more else ""
-    return f"damaged data at {t:.2f} s ({msg}){tail}"
-
-
 # --------------------------------------------------------------------------- entry point
 
 
@@ -427,11 +198,11 @@ def decode_clip(
             )
         configure_decoder(stream, decode.threads)
         index_timed = container.format.name in INDEX_TIMED_FORMATS
-        idx = _demux(container, stream, request, index_timed, limits, deadline)
+        idx = demux(container, stream, request, index_timed, limits, deadline)
         if idx.count == 0:
             detail = f" ({idx.error})" if idx.error else ""
             raise UnprocessableClipError(f"the clip contains no video frames{detail}", param="video")
-        rate = _frame_rate(container, stream)
+        rate = frame_rate(container, stream)
         tb = float(stream.time_base) if stream.time_base else 0.0
         timeline = build_timeline(idx.pts, idx.dts, idx.discard, tb, rate, index_timed)
         if timeline.index_timed and not index_timed and idx.kept_first > 0:
@@ -440,7 +211,7 @@ def decode_clip(
             container = open_container(Path(source) if isinstance(source, str) else source)
             stream = video_stream(container)
             configure_decoder(stream, decode.threads)
-            idx = _demux(container, stream, request, True, limits, deadline)
+            idx = demux(container, stream, request, True, limits, deadline)
             warned = timeline.warnings
             timeline = build_timeline(idx.pts, idx.dts, idx.discard, tb, rate, True)
             timeline.warnings = warned
@@ -480,7 +251,7 @@ def decode_clip(
             wanted = _plan_wanted(idx, timeline, grid)
             store = FrameStore(max(1, len(wanted)), decode.budget, decode.interpolation)
             store.sample_aspect = sar
-            done, path = _decode_planned(stream, idx, timeline, wanted, store, deadline, decode), "planned"
+            done, path = decode_planned(stream, idx, timeline, wanted, store, deadline, decode), "planned"
             if done.trouble:
                 logger.info("fast decode saw trouble (%s): decoding the window the plain way", done.trouble)
                 path = f"planned, then plain ({done.trouble})"
@@ -489,7 +260,7 @@ def decode_clip(
         if store is None:
             store = FrameStore(grid.count, decode.budget, decode.interpolation)
             store.sample_aspect = sar
-            done = _decode_plain(stream, idx, timeline, grid, 1.0 / step, store, deadline, decode, limits)
+            done = decode_plain(stream, idx, timeline, grid, 1.0 / step, store, deadline, decode, limits)
     finally:
         container.close()
 
@@ -498,7 +269,7 @@ def decode_clip(
     first_key = float(keys.min()) if len(keys) else math.inf
     damage = [e for e in done.errors if e[0] >= first_key - 1e-6]  # earlier ones: no keyframe yet (a gap says so)
     if damage:
-        warnings.append(_error_warning(damage))
+        warnings.append(error_warning(damage))
     gaps = find_gaps(grid, np.asarray(store.times_s), times, done.first_s, keys, done.errors)
     warnings += [g.message() for g in gaps]
     warnings += _size_change_warnings(store)
@@ -542,17 +313,6 @@ def _sample_aspect(stream) -> float | None:
     return None
 
 
-def _frame_rate(container, stream) -> float | None:
-    """Nominal frame rate (frames/s): the container's, or for raw streams the bitstream's (H.264 VUI timing)."""
-    candidates = [stream.average_rate, stream.guessed_rate]
-    if container.format.name in _RAW_FORMATS:
-        candidates = [stream.codec_context.framerate, stream.guessed_rate, stream.average_rate]
-    for rate in candidates:
-        if rate and float(rate) > 0:
-            return float(rate)
-    return None
-
-
 def _declared_duration(container, stream) -> float | None:
     """Clip length in seconds that the header claims for the video stream (or the container),
     counted from the clip's start: some demuxers count durations from 0 (MP4 fragments,
@@ -568,7 +328,7 @@ def _declared_duration(container, stream) -> float | None:
     return d - start if 0 < start < d else d
 
 
-def _plan_wanted(idx: _PacketIndex, timeline: Timeline, grid: SamplingGrid) -> dict[int, float]:
+def _plan_wanted(idx: PacketIndex, timeline: Timeline, grid: SamplingGrid) -> dict[int, float]:
     """The pts (stream time base) of the frames to keep → their time in seconds.
 
     Only pictures whose packets were kept (at or after the first kept keyframe, in

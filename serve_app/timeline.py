@@ -99,37 +99,38 @@ def build_timeline(
     n = len(pts)
     step = 1.0 / (rate or 25.0)
     keep = ~np.asarray(discard, dtype=bool) if n else np.zeros(0, dtype=bool)
-    have = [p for p, k in zip(pts, keep) if p is not None and k]
-    if index_timed or not time_base or len(have) < n - int((~keep).sum()):
+    if index_timed or not time_base or n == 0 or any(x is None for x, k in zip(pts, keep) if k):
         return Timeline(np.arange(n) * step, None, True)
-    if n >= 2 and len(set(have)) < max(2, len(have) // 2):
-        distinct = len(set(have))
+    p = np.asarray([0 if x is None else x for x in pts] if None in pts else pts, dtype=np.int64)
+    shown = p[keep]
+    distinct = len(np.unique(shown))
+    if n >= 2 and distinct < max(2, len(shown) // 2):
         rate_note = f"{rate:g} fps" if rate else "25 fps (the stream declares none)"
         return Timeline(
             np.arange(n) * step,
             None,
             True,
             warnings=[
-                f"the clip's timestamps do not advance ({len(have)} pictures carry {distinct} distinct times): "
+                f"the clip's timestamps do not advance ({len(shown)} pictures carry {distinct} distinct times): "
                 f"frames are timed by their order at the declared {rate_note}"
             ],
         )
-    p = np.asarray([x if x is not None else 0 for x in pts], dtype=np.int64)
-    d = np.asarray([x if x is not None else (pts[i] if pts[i] is not None else 0) for i, x in enumerate(dts)],
-                   dtype=np.int64)  # fmt: skip
+    if None in dts:
+        dts = [x if x is not None else (pts[i] if pts[i] is not None else 0) for i, x in enumerate(dts)]
+    d = np.asarray(dts, dtype=np.int64)
     # Unwrap backwards jumps of the decode timestamps: each jump starts a new recording.
     base = (p - p[0]) * time_base
     offset = np.zeros(n, dtype=np.float64)
     jump = DISCONTINUITY_S / time_base
-    discontinuous = False
-    cur, run_max, last_d = 0.0, float(base[0]), d[0]
-    for i in range(1, n):
-        if d[i] < last_d - jump:
-            discontinuous = True
-            cur = run_max + step - float(base[i])  # the new part starts one frame after the old one ends
-        offset[i] = cur
-        run_max = max(run_max, float(base[i]) + cur)
-        last_d = d[i]
+    discontinuous = bool(n > 1 and (np.diff(d) < -jump).any())
+    if discontinuous:
+        cur, run_max, last_d = 0.0, float(base[0]), d[0]
+        for i in range(1, n):
+            if d[i] < last_d - jump:
+                cur = run_max + step - float(base[i])  # the new part starts one frame after the old one ends
+            offset[i] = cur
+            run_max = max(run_max, float(base[i]) + cur)
+            last_d = d[i]
     raw = np.where(keep, base + offset, np.nan)
     origin_t = float(np.nanmin(raw)) if keep.any() else 0.0
     times = raw - origin_t
