@@ -26,10 +26,10 @@ For each clip, in one run, interleaved ``--repeats`` times:
   fastest H.264 decode, *not* exact) with its luma PSNR against the exact pictures.
 
 Throughput is ``clip duration / CPU seconds`` (medians over the repeats). With ``--baseline REV``
-the decoder of git revision ``REV`` (its ``serve_app/`` extracted to a temporary folder) and the
-working tree's decoder run as alternating child processes on the same clips (``baseline``
-section: ``current / baseline`` clip-seconds per CPU-second), so that a change is judged under
-the same machine load even when the machine is shared. Goals (issue 3):
+the decoder of git revision ``REV`` (its ``serve_app/`` extracted to a temporary folder and
+imported as ``serve_app_baseline``) and the working tree's decoder are called alternately in
+this process on the same clips (``baseline`` section: ``current / baseline`` clip-seconds per
+CPU-second), so that a change is judged under the same machine load even when it is shared. Goals (issue 3):
 ≥ 2× ffmpeg on clips with B-frames, ≥ 1× on clips without, sampled timestamps within
 0.125 s of the 4-FPS grid.
 """
@@ -335,61 +335,55 @@ def bad_input_reject_ms(data_dir: Path, repeats: int) -> dict:
     return out
 
 
-_AB_CHILD = """
-import json, sys, time
-from pathlib import Path
-from serve_app.config import DecodeConfig, LimitsConfig
-from serve_app.decoder import SampleRequest, decode_clip
-out = {}
-for name in sys.argv[2:]:
-    data = Path(name).read_bytes()
-    request = SampleRequest(4.0, LimitsConfig().max_frames)
-    decode_clip(data, request, DecodeConfig(), LimitsConfig())
-    cpu = []
-    for _ in range(int(sys.argv[1])):
-        t = time.process_time()
-        decode_clip(data, request, DecodeConfig(), LimitsConfig())
-        cpu.append(time.process_time() - t)
-    out[Path(name).name] = cpu
-print(json.dumps(out))
-"""
+def _load_baseline(rev: str, tmp: str):
+    """The ``serve_app.decoder`` module of git revision ``rev``, imported as ``serve_app_baseline.decoder``."""
+    import importlib
+    import re
+
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "serve_app"], check=True,
+                             capture_output=True).stdout  # fmt: skip
+    subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+    pkg = Path(tmp) / "serve_app_baseline"
+    (Path(tmp) / "serve_app").rename(pkg)
+    for f in pkg.rglob("*.py"):
+        f.write_text(re.sub(r"\bserve_app\b", "serve_app_baseline", f.read_text()))
+    sys.path.insert(0, tmp)
+    return importlib.import_module("serve_app_baseline.decoder")
 
 
-def baseline_comparison(rev: str, clips: list[Path], rounds: int, repeats: int) -> dict:
-    """The decoder of git revision ``rev`` against the working tree's, alternating child processes.
+def baseline_comparison(rev: str, clips: list[Path], repeats: int) -> dict:
+    """The decoder of git revision ``rev`` against the working tree's, call by call in this process.
 
-    Each round runs one child per tree; each child decodes every clip ``repeats`` times
-    after one warm-up (CPU time of that process). Returns per clip the medians and
-    ``current / baseline`` in clip-seconds per CPU-second.
+    Each clip is decoded by both (one warm-up each), then ``repeats`` times alternately
+    (baseline, current, baseline, …), so both see the same machine load even on a shared
+    machine. Returns per clip the medians and ``current / baseline`` in clip-seconds per CPU-second.
     """
     import tempfile
 
-    samples: dict[str, dict[str, list[float]]] = {"baseline": {}, "current": {}}
+    out = {"revision": rev, "repeats": repeats, "clips": []}
     with tempfile.TemporaryDirectory() as tmp:
-        archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "serve_app"], check=True,
-                                 capture_output=True).stdout  # fmt: skip
-        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
-        for _ in range(rounds):
-            for label, tree in (("baseline", tmp), ("current", str(ROOT))):
-                env = {**os.environ, "PYTHONPATH": tree}
-                cmd = [sys.executable, "-c", _AB_CHILD, str(repeats), *map(str, clips)]
-                res = json.loads(subprocess.run(cmd, env=env, cwd=tree, check=True, capture_output=True,
-                                                text=True).stdout)  # fmt: skip
-                for name, cpu in res.items():
-                    samples[label].setdefault(name, []).extend(cpu)
-    out = {"revision": rev, "rounds": rounds, "repeats_per_round": repeats, "clips": []}
-    for path in clips:
-        with av.open(str(path)) as c:
-            s = c.streams.video[0]
-            duration = float(s.duration * s.time_base) if s.duration else c.duration / 1e6
-        b, cur = (statistics.median(samples[k][path.name]) for k in ("baseline", "current"))
-        out["clips"].append({
-            "clip": path.name,
-            "baseline_cpu_s": round(b, 4),
-            "current_cpu_s": round(cur, 4),
-            "clip_s_per_cpu_s": {"baseline": round(duration / b, 1), "current": round(duration / cur, 1)},
-            "current_over_baseline": round(b / cur, 3),
-        })  # fmt: skip
+        base = _load_baseline(rev, tmp)
+        for path in clips:
+            data = path.read_bytes()
+            lim = LimitsConfig()
+            runs = {
+                "baseline": lambda: base.decode_clip(data, base.SampleRequest(4.0, lim.max_frames), DecodeConfig(), lim),
+                "current": lambda: decode_clip(data, SampleRequest(4.0, lim.max_frames), DecodeConfig(), lim),
+            }  # fmt: skip
+            samples: dict[str, list[float]] = {"baseline": [], "current": []}
+            duration = runs["current"]().duration_s
+            runs["baseline"]()
+            for _ in range(repeats):
+                for label, fn in runs.items():
+                    samples[label].append(own_cpu_s(fn)[0])
+            b, cur = (statistics.median(samples[k]) for k in ("baseline", "current"))
+            out["clips"].append({
+                "clip": path.name,
+                "baseline_cpu_s": _summary(samples["baseline"]),
+                "current_cpu_s": _summary(samples["current"]),
+                "clip_s_per_cpu_s": {"baseline": round(duration / b, 1), "current": round(duration / cur, 1)},
+                "current_over_baseline": round(b / cur, 3),
+            })  # fmt: skip
     return out
 
 
@@ -420,14 +414,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=7, help="measurements per clip (medians are reported)")
     p.add_argument("--clip-dir", action="append", type=Path, help="extra directories to look for clips in")
     p.add_argument("--baseline", help="git revision whose decoder is measured against the working tree's")
-    p.add_argument("--baseline-rounds", type=int, default=6, help="alternating child-process rounds")
+    p.add_argument("--baseline-repeats", type=int, default=15, help="alternating calls per clip and decoder")
     p.add_argument("--only-baseline", action="store_true", help="run only the baseline comparison (updates the file)")
     args = p.parse_args(argv)
     dirs = [*(args.clip_dir or []), *CLIP_DIRS]
     if args.only_baseline:
         doc = json.loads(Path(args.out).read_text())
         load = [round(x, 2) for x in os.getloadavg()]
-        ab = baseline_comparison(args.baseline, [find_clip(n, dirs) for n, _ in CLIPS], args.baseline_rounds, 3)
+        ab = baseline_comparison(args.baseline, [find_clip(n, dirs) for n, _ in CLIPS], args.baseline_repeats)
         ab["load_average_at_start"], ab["load_average_at_end"] = load, [round(x, 2) for x in os.getloadavg()]
         doc["baseline"] = ab
         Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
@@ -457,7 +451,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     if args.baseline:
         load = [round(x, 2) for x in os.getloadavg()]
-        ab = baseline_comparison(args.baseline, [find_clip(n, dirs) for n, _ in CLIPS], args.baseline_rounds, 3)
+        ab = baseline_comparison(args.baseline, [find_clip(n, dirs) for n, _ in CLIPS], args.baseline_repeats)
         ab["load_average_at_start"], ab["load_average_at_end"] = load, [round(x, 2) for x in os.getloadavg()]
         doc["baseline"] = ab
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
