@@ -217,7 +217,7 @@ def decode_plain(
     cc.skip_frame = "DEFAULT"
     tb = float(stream.time_base) if stream.time_base else 0.0
     step = 1.0 / rate
-    selector = FrameSelector(grid)
+    selector: FrameSelector[av.VideoFrame] = FrameSelector(grid)
     out = Decoded()
     n = 0  # frames output
     off, last_t = 0.0, -math.inf

@@ -131,10 +131,12 @@ class DecodedClip:
 
     @classmethod
     def from_store(cls, store: FrameStore, *, fps: float, source_fps: float | None, duration_s: float,
-                   warnings: list[str], t_start: float, **extra) -> "DecodedClip":
+                   warnings: list[str], t_start: float, **extra) -> DecodedClip:
         """The clip a :class:`FrameStore` holds (padded to an even count), timed from ``t_start``
         (``time.perf_counter()`` when decoding began); ``extra`` sets further fields."""
         frames, timestamps, padded = store.finish()
+        if store.source_size is None:
+            raise ValueError("a FrameStore with no frames makes no clip")
         return cls(
             frames=frames,
             timestamps_s=timestamps,
@@ -263,6 +265,7 @@ def decode_clip(
             done = decode_plain(stream, idx, timeline, grid, 1.0 / step, store, deadline, decode, limits)
     finally:
         container.close()
+    assert store is not None and done is not None  # the plain pass runs whenever the planned one did not
 
     keys = timeline.times_s[np.asarray(idx.keys, dtype=bool)]
     keys = keys[~np.isnan(keys)]

@@ -44,7 +44,7 @@ def display_rotation_cw(frame: av.VideoFrame) -> int:
         ccw = float(frame.rotation or 0.0)
     except Exception:  # noqa: BLE001 - no or malformed display matrix
         return 0
-    return int(round(-ccw / 90.0)) % 4 * 90
+    return round(-ccw / 90.0) % 4 * 90
 
 
 def display_transform(frame: av.VideoFrame) -> tuple[bool, bool, bool]:
@@ -64,7 +64,8 @@ def display_transform(frame: av.VideoFrame) -> tuple[bool, bool, bool]:
     if sd is None:
         return False, False, False
     try:
-        m = np.frombuffer(bytes(sd), dtype="<i4")
+        # PyAV's stub types side_data as a TypedDict without this key; at run time sd is a SideData buffer.
+        m = np.frombuffer(bytes(sd), dtype="<i4")  # type: ignore[call-overload]
     except Exception:  # noqa: BLE001 - malformed
         return False, False, False
     if len(m) < 5:
@@ -130,7 +131,7 @@ class FrameStore:
 
     def _square_width(self, w: int) -> int:
         sar = self.sample_aspect
-        return max(1, int(round(w * sar))) if sar and sar > 0 and abs(sar - 1.0) > 1e-3 else w
+        return max(1, round(w * sar)) if sar and sar > 0 and abs(sar - 1.0) > 1e-3 else w
 
     def _allocate(self, frame: av.VideoFrame) -> None:
         self.rotation_cw = display_rotation_cw(frame)
@@ -151,7 +152,7 @@ class FrameStore:
         cw, ch = self._conv_size
         w, h = self._square_width(frame.width), frame.height
         scale = min(cw / w, ch / h)
-        fw, fh = max(2, min(cw, int(round(w * scale)))), max(2, min(ch, int(round(h * scale))))
+        fw, fh = max(2, min(cw, round(w * scale))), max(2, min(ch, round(h * scale)))
         rgb = frame.reformat(width=fw, height=fh, format="rgb24", interpolation=self.interpolation).to_ndarray()
         canvas = np.zeros((ch, cw, 3), dtype=np.uint8)
         y0, x0 = (ch - fh) // 2, (cw - fw) // 2
@@ -186,6 +187,7 @@ class FrameStore:
             self.size_changes.append((t_s, size))
             self._stored_size = size
         rgb = self.to_rgb(frame) if size == self._first_size else self._fit(frame)
+        assert self.frames is not None  # allocated by the first add
         self.frames[n] = apply_display(rgb, self._transform)
         self.times_s.append(t_s)
 

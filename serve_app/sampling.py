@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Generic, TypeVar
 
 import numpy as np
 
@@ -176,7 +177,11 @@ def plan_grid(
     return SamplingGrid(start_s=a, step_s=1.0 / rate, count=count, fps=rate)
 
 
-class FrameSelector:
+#: The frame payload a :class:`FrameSelector` holds (``av.VideoFrame`` in the decoder).
+F = TypeVar("F")
+
+
+class FrameSelector(Generic[F]):
     """Streams decoded frame times and picks, for each grid target, the nearest frame.
 
     Frames must arrive in presentation order. A frame is kept for at most one
@@ -196,7 +201,7 @@ class FrameSelector:
     def __init__(self, grid: SamplingGrid):
         self.grid = grid
         self._k = 0
-        self._cands: list[tuple[float, object]] = []
+        self._cands: list[tuple[float, F]] = []
         self._last_t = -math.inf
 
     @property
@@ -208,9 +213,9 @@ class FrameSelector:
         """Whether a frame at ``t`` (s) could still be picked (before decoding it)."""
         return not self.done and t > self._last_t and t >= self.grid.target(self._k) - self.grid.tolerance_s
 
-    def push(self, t: float, frame: object) -> list[tuple[int, float, object]]:
+    def push(self, t: float, frame: F) -> list[tuple[int, float, F]]:
         """Offers one frame at time ``t`` (s); returns the targets settled as ``(k, t, frame)``."""
-        out: list[tuple[int, float, object]] = []
+        out: list[tuple[int, float, F]] = []
         if t <= self._last_t or self.done:  # duplicate/out-of-order timestamp, or nothing left to fill
             return out
         self._last_t = t
@@ -220,7 +225,7 @@ class FrameSelector:
             self._cands.append((t, frame))
         return out
 
-    def _settle(self, out: list[tuple[int, float, object]]) -> None:
+    def _settle(self, out: list[tuple[int, float, F]]) -> None:
         g, tol = self.grid.target(self._k), self.grid.tolerance_s
         near = [c for c in self._cands if abs(c[0] - g) <= tol]
         if near:
@@ -232,9 +237,9 @@ class FrameSelector:
             lo = self.grid.target(self._k) - tol
             self._cands = [c for c in self._cands if c[0] >= lo]
 
-    def finish(self) -> list[tuple[int, float, object]]:
+    def finish(self) -> list[tuple[int, float, F]]:
         """Settles the remaining targets once the stream has ended."""
-        out: list[tuple[int, float, object]] = []
+        out: list[tuple[int, float, F]] = []
         while self._k < self.grid.count:
             self._settle(out)
         self._cands = []

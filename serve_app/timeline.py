@@ -99,7 +99,7 @@ def build_timeline(
     n = len(pts)
     step = 1.0 / (rate or 25.0)
     keep = ~np.asarray(discard, dtype=bool) if n else np.zeros(0, dtype=bool)
-    if index_timed or not time_base or n == 0 or any(x is None for x, k in zip(pts, keep) if k):
+    if index_timed or not time_base or n == 0 or any(x is None for x, k in zip(pts, keep, strict=True) if k):
         return Timeline(np.arange(n) * step, None, True)
     p = np.asarray([0 if x is None else x for x in pts] if None in pts else pts, dtype=np.int64)
     shown = p[keep]
@@ -134,7 +134,7 @@ def build_timeline(
     raw = np.where(keep, base + offset, np.nan)
     origin_t = float(np.nanmin(raw)) if keep.any() else 0.0
     times = raw - origin_t
-    origin = int(p[0]) + int(round(origin_t / time_base))
+    origin = int(p[0]) + round(origin_t / time_base)
     warnings = []
     if discontinuous:
         warnings.append("the clip's timestamps jump back (recordings joined end to end): later parts are placed "

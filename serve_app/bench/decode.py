@@ -37,7 +37,10 @@ CPU-second), so that a change is judged under the same machine load even when it
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import io
+import itertools
 import json
 import logging
 import os
@@ -48,12 +51,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import av
 import numpy as np
 
 from serve_app.config import DecodeConfig, LimitsConfig
-from serve_app.decoder import SampleRequest, decode_clip
+from serve_app.decoder import DecodedClip, SampleRequest, decode_clip
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +77,9 @@ RESIZE_CLIP = "intel_car-detection.mp4"
 FFMPEG = ["ffmpeg", "-nostdin", "-v", "error", "-threads", "1"]
 GRID_TOLERANCE_S = 0.125
 
+
+#: What a measured call returns.
+R = TypeVar("R")
 
 def find_clip(name: str, dirs: list[Path]) -> Path:
     """The first ``dirs/name`` that exists.
@@ -93,7 +101,7 @@ def child_cpu_s(cmd: list[str]) -> float:
     return (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
 
 
-def own_cpu_s(fn) -> tuple[float, object]:
+def own_cpu_s(fn: Callable[[], R]) -> tuple[float, R]:
     """CPU seconds of this process (all threads) spent in ``fn()``, and its result."""
     t0 = time.process_time()
     out = fn()
@@ -119,7 +127,7 @@ def pyav_decode_cpu_s(data: bytes, skip_nonref: bool, skip_loop_filter: bool = F
     :func:`loop_filter_psnr_db`).
     """
 
-    def run():
+    def run() -> int:
         c, s = _open_video(data, skip_nonref, skip_loop_filter)
         with c:
             return sum(1 for _ in c.decode(s))
@@ -194,7 +202,7 @@ def bench_clip(path: Path, has_b_frames: bool, repeats: int) -> dict:
     request = SampleRequest(fps=4.0, max_frames=lim.max_frames)
     decode_clip(data, request, dec, lim)  # warm-up
     dec_cpu, ff_cpu = [], []
-    clip = None
+    clip: DecodedClip | None = None
     for _ in range(repeats):
         t, clip = own_cpu_s(lambda: decode_clip(data, request, dec, lim))
         dec_cpu.append(t)
@@ -202,6 +210,8 @@ def bench_clip(path: Path, has_b_frames: bool, repeats: int) -> dict:
     full = [pyav_decode_cpu_s(data, False) for _ in range(repeats)]
     refs = [pyav_decode_cpu_s(data, True) for _ in range(repeats)]
     no_lf = [pyav_decode_cpu_s(data, True, skip_loop_filter=True) for _ in range(repeats)]
+    if clip is None:
+        raise ValueError(f"repeats must be at least 1 (got {repeats})")
     ts = clip.timestamps_s
     k = np.round(ts * 4.0)
     deviation = float(np.max(np.abs(ts - k / 4.0)))
@@ -277,7 +287,7 @@ def resize_filters(path: Path, frames: int = 40) -> dict:
 
     with av.open(str(path)) as c:
         s = c.streams.video[0]
-        decoded = [f for _, f in zip(range(frames * 5), c.decode(s))][::5]
+        decoded = list(itertools.islice(c.decode(s), frames * 5))[::5]
     probe = FrameStore(len(decoded), DecodeConfig().budget)
     probe.add(decoded[0], 0.0)
     w, h = probe._conv_size
@@ -290,21 +300,21 @@ def resize_filters(path: Path, frames: int = 40) -> dict:
     for name in ("AREA", "BILINEAR", "BICUBIC", "FAST_BILINEAR"):
         scale, rgb, direct = VideoReformatter(), VideoReformatter(), VideoReformatter()
 
-        def two_step():
+        def two_step(name: str = name, scale: Any = scale, rgb: Any = rgb) -> list[np.ndarray]:
             return [
                 rgb.reformat(scale.reformat(f, width=w, height=h, interpolation=name, threads=1),
                              format="rgb24", threads=1).to_ndarray()
                 for f in decoded
             ]  # fmt: skip
 
-        def one_call():
+        def one_call(name: str = name, direct: Any = direct) -> list[np.ndarray]:
             return [direct.reformat(f, width=w, height=h, format="rgb24", interpolation=name, threads=1).to_ndarray()
                     for f in decoded]  # fmt: skip
 
         two_step(), one_call()  # warm-up
         t_two = min(own_cpu_s(two_step)[0] for _ in range(3))
         t_one = min(own_cpu_s(one_call)[0] for _ in range(3))
-        mse = float(np.mean([np.mean((a.astype(np.float64) - r) ** 2) for a, r in zip(two_step(), refs)]))
+        mse = float(np.mean([np.mean((a.astype(np.float64) - r) ** 2) for a, r in zip(two_step(), refs, strict=True)]))
         out["filters"][name] = {
             "two_step_ms": round(t_two / len(decoded) * 1000, 3),
             "one_call_ms": round(t_one / len(decoded) * 1000, 3),
@@ -360,16 +370,20 @@ def baseline_comparison(rev: str, clips: list[Path], repeats: int) -> dict:
     """
     import tempfile
 
-    out = {"revision": rev, "repeats": repeats, "clips": []}
+    out: dict[str, Any] = {"revision": rev, "repeats": repeats, "clips": []}
     with tempfile.TemporaryDirectory() as tmp:
         base = _load_baseline(rev, tmp)
         for path in clips:
             data = path.read_bytes()
             lim = LimitsConfig()
             runs = {
-                "baseline": lambda: base.decode_clip(data, base.SampleRequest(4.0, lim.max_frames), DecodeConfig(), lim),
-                "current": lambda: decode_clip(data, SampleRequest(4.0, lim.max_frames), DecodeConfig(), lim),
-            }  # fmt: skip
+                "baseline": functools.partial(
+                    base.decode_clip, data, base.SampleRequest(4.0, lim.max_frames), DecodeConfig(), lim
+                ),
+                "current": functools.partial(
+                    decode_clip, data, SampleRequest(4.0, lim.max_frames), DecodeConfig(), lim
+                ),
+            }
             samples: dict[str, list[float]] = {"baseline": [], "current": []}
             duration = runs["current"]().duration_s
             runs["baseline"]()
@@ -390,10 +404,8 @@ def baseline_comparison(rev: str, clips: list[Path], repeats: int) -> dict:
 def machine() -> dict:
     """The measuring machine."""
     model = ""
-    try:
-        model = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    with contextlib.suppress(OSError, StopIteration), open("/proc/cpuinfo") as cpuinfo:
+        model = next(line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name"))
     ffmpeg_version = subprocess.run(["ffmpeg", "-version"], capture_output=True, text=True).stdout.split("\n")[0]
     return {
         "cpu": model,

@@ -135,7 +135,7 @@ def _plain_decode(data: bytes) -> Reference | None:
                 if size is None:
                     sar = s.sample_aspect_ratio or s.codec_context.sample_aspect_ratio
                     w = f.width * float(sar) if sar and sar.numerator > 0 else f.width
-                    rot = int(round(f.rotation or 0)) % 180
+                    rot = round(f.rotation or 0) % 180
                     size = (round(f.height), round(w)) if rot == 90 else (round(w), f.height)
                     first = (f.width, f.height)
                 if f.is_corrupt:
@@ -152,7 +152,7 @@ def _plain_decode(data: bytes) -> Reference | None:
                     g = np.zeros((big, big), np.float32)
                     g[(big - fh) // 2 : (big - fh) // 2 + fh, (big - fw) // 2 : (big - fw) // 2 + fw] = small
                     g = g.reshape(THUMB, 4, THUMB, 4).mean(axis=(1, 3))
-                k = int(round(-(f.rotation or 0) / 90.0)) % 4  # FFmpeg's angle is counter-clockwise
+                k = round(-(f.rotation or 0) / 90.0) % 4  # FFmpeg's angle is counter-clockwise
                 frames.append((f.pts, np.rot90(g, k=-k) if k else g, damaged))
 
         try:
@@ -368,12 +368,21 @@ def main(argv: list[str] | None = None) -> int:
         "bench": "decode_truth",
         "command": "python -m serve_app.bench.decode_truth --out results/decode_truth.json",
         "method": __doc__,
-        "machine": {"python": platform.python_version(), "pyav": av.__version__,
-                    "ffmpeg": ".".join(map(str, av.ffmpeg_version_info)) if isinstance(av.ffmpeg_version_info, tuple)
-                    else str(av.ffmpeg_version_info), "cpus": os.cpu_count(), "load_average": os.getloadavg()},  # fmt: skip
+        "machine": {
+            "python": platform.python_version(),
+            "pyav": av.__version__,
+            "ffmpeg": ".".join(map(str, av.ffmpeg_version_info))
+            if isinstance(av.ffmpeg_version_info, tuple)
+            else str(av.ffmpeg_version_info),
+            "cpus": os.cpu_count(),
+            "load_average": os.getloadavg(),
+        },  # fmt: skip
         "wall_s": round(time.time() - t0, 1),
-        "summary": {"inputs": len(entries), "ok": sum(e["verdict"] == "ok" for e in entries),
-                    "fail": [e["input"] for e in entries if e["verdict"] != "ok"]},  # fmt: skip
+        "summary": {
+            "inputs": len(entries),
+            "ok": sum(e["verdict"] == "ok" for e in entries),
+            "fail": [e["input"] for e in entries if e["verdict"] != "ok"],
+        },  # fmt: skip
         "inputs": entries,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -159,7 +159,7 @@ async def _plain_side(args, files: list[Path]) -> dict:
     for name, mmk in variants.items():
         if args.only and name not in args.only:
             continue
-        def prompts(fr):  # noqa: E306 - small closure
+        def prompts(fr):
             return [{"prompt": text, "multi_modal_data": {"video": f}, "mm_processor_kwargs": mmk} for f in fr]
         # the same windows as every other side; no cache may carry one variant's work to the next
         await llm.reset_prefix_cache()
@@ -322,8 +322,12 @@ async def _serve_side(args, files: list[Path], name: str, overrides: dict) -> di
     n_single_rows = len(timings.read_text().splitlines()) if timings.exists() else 0
     spy = None
     if args.profile_s and name in (args.profile or [name]):
-        spy = _profile("ServeReplica:bench:VideoModel", args.profile_s, Path(args.out).with_suffix(f".{name}.flame.svg"),
-                       Path(args.out).with_suffix(f".{name}.py-spy.log"))
+        spy = _profile(
+            "ServeReplica:bench:VideoModel",
+            args.profile_s,
+            Path(args.out).with_suffix(f".{name}.flame.svg"),
+            Path(args.out).with_suffix(f".{name}.py-spy.log"),
+        )
     wall, ntok, ttft, e2e, server = await _http_run(url, batch)
     if spy is not None:
         spy.wait(timeout=args.profile_s + 60)
@@ -439,13 +443,22 @@ def main(argv: list[str] | None = None) -> int:
         "versions": versions(),
         "workload": {
             "clip": Path(args.clip).name,
-            "window_s": 10, "fps": 4, "frames": 40, "frame_size": [420, 756], "video_tokens": 8100,
-            "system_prompt": SYSTEM_PROMPT, "question": QUESTION, "output_tokens": OUTPUT_TOKENS,
-            "ignore_eos": True, "dtype": "bfloat16", "weights": "vLLM dummy (random), full Cosmos-Reason1-7B architecture",
+            "window_s": 10,
+            "fps": 4,
+            "frames": 40,
+            "frame_size": [420, 756],
+            "video_tokens": 8100,
+            "system_prompt": SYSTEM_PROMPT,
+            "question": QUESTION,
+            "output_tokens": OUTPUT_TOKENS,
+            "ignore_eos": True,
+            "dtype": "bfloat16",
+            "weights": "vLLM dummy (random), full Cosmos-Reason1-7B architecture",
             "caches": "every request uses a distinct 10-s window (start offsets spread over the clip), so neither "
-                      "the multimodal processor cache nor the prefix cache can reuse another request's clip; only "
-                      "the ~14-token system prompt prefix is shared",
-            "inflight": args.inflight, "single_clip_runs": args.single,
+            "the multimodal processor cache nor the prefix cache can reuse another request's clip; only "
+            "the ~14-token system prompt prefix is shared",
+            "inflight": args.inflight,
+            "single_clip_runs": args.single,
         },
         "sides": {},
     }

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import io
 from fractions import Fraction
-from typing import Callable
+from collections.abc import Callable
 
 import av
 from av.bitstream import BitStreamFilterContext
@@ -47,7 +47,7 @@ def _remux(data: bytes, fmt: str, *, shift_s: float = 0.0, equal_ts: bool = Fals
     if rotation_ccw:
         ost.set_display_rotation(rotation_ccw)
     filt = BitStreamFilterContext(bsf, ist, ost) if bsf else None
-    shift = int(round(shift_s / ist.time_base))
+    shift = round(shift_s / ist.time_base)
     for p in src.demux(ist):
         if p.size == 0:
             continue
@@ -120,9 +120,9 @@ def idr_slice_header_damaged(data: bytes, all_slices: bool = False) -> bytes:
             bits = [(b >> (7 - k)) & 1 for b in out[i + 5 : i + 13] for k in range(8)]
             _first_mb, j = _read_ue(bits, 0)
             slice_type, k = _read_ue(bits, j)
-            if slice_type == 7:  # ue(7) = 0001000 → ue(8) = 0001001 (SP, not intra): flip the last bit
-                bit = k - 1
-            elif slice_type == 2:  # ue(2) = 011 → ue(1) = 010 (B): flip the last bit
+            if (
+                slice_type == 7 or slice_type == 2
+            ):  # ue(7) = 0001000 → ue(8) = 0001001 (SP, not intra): flip the last bit
                 bit = k - 1
             else:
                 bit = None

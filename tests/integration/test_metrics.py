@@ -109,7 +109,11 @@ def test_logs_carry_request_id_and_camera_id(traffic):
     deadline = time.monotonic() + 90
     while True:
         found = {d: lines_of(d) for d in ("Ingress", "VideoDecoder", "VideoModel")}
-        if any(f"camera={CAMERA}" in line for line in found["Ingress"]) and found["VideoDecoder"] and found["VideoModel"]:
+        if (
+            any(f"camera={CAMERA}" in line for line in found["Ingress"])
+            and found["VideoDecoder"]
+            and found["VideoModel"]
+        ):
             break
         assert time.monotonic() < deadline, found
         time.sleep(1)
