@@ -5,10 +5,10 @@ becomes ``multipart/form-data`` (the ``video`` part plus form fields); a URL
 camera becomes JSON ``{video_url, start_s, end_s, …}``; a server-local file
 (``transport: path``) becomes JSON ``{video_path, start_s, end_s, …}``.
 
-:func:`send` fills a :class:`loadtest.metrics.RequestRecord` from the
+:func:`send` fills a :class:`loadtest.records.RequestRecord` from the
 response: with ``stream`` it reads the server-sent events (``clip``,
-``delta``…, ``done``, ``[DONE]``) and stamps the first ``delta`` as the
-time to first token; errors are classified by kind (``http``, ``stream``,
+``delta``…, ``done``, ``[DONE]``), stamps the first ``delta`` as the
+time to first token and counts the deltas; a refusal keeps its ``Retry-After``; errors are classified by kind (``http``, ``stream``,
 ``timeout``, ``connect``, ``protocol``).
 """
 
@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 
 from loadtest.camera import Window, is_url
-from loadtest.metrics import RequestRecord
+from loadtest.records import RequestRecord
 from loadtest.settings import CameraSpec, RunSettings
 
 logger = logging.getLogger(__name__)
@@ -115,6 +115,7 @@ def _apply_error(record: RequestRecord, kind: str, body: Any, fallback: str) -> 
 
 
 async def _read_error(record: RequestRecord, response: httpx.Response) -> None:
+    record.retry_after_s = _retry_after_s(response)
     raw = await response.aread()
     try:
         body = json.loads(raw)
@@ -123,8 +124,17 @@ async def _read_error(record: RequestRecord, response: httpx.Response) -> None:
     _apply_error(record, "http", body, raw[:300].decode("utf-8", "replace"))
 
 
-#: How the server writes a delta event (``json.dumps`` default separators).
-_DELTA_PREFIX = 'data: {"type": "delta"'
+#: How the server starts a delta event line (``json.dumps`` separators, or compact JSON).
+_DELTA_PREFIXES = ('data: {"type": "delta"', 'data: {"type":"delta"')
+
+
+def _retry_after_s(response: httpx.Response) -> float | None:
+    """The ``Retry-After`` header in seconds (RFC 9110 delay-seconds form), None if absent or a date."""
+    value = response.headers.get("retry-after")
+    try:
+        return None if value is None else float(value)
+    except ValueError:
+        return None
 
 
 def parse_sse_line(line: str) -> dict[str, Any] | str | None:
@@ -174,16 +184,19 @@ async def send(
                 return
             got_done = False
             async for line in r.aiter_lines():
-                if record.first_token_s is not None and line.startswith(_DELTA_PREFIX):
-                    continue  # later deltas carry nothing we measure: skip the JSON parse
+                if record.first_token_s is not None and line.startswith(_DELTA_PREFIXES):
+                    record.delta_events += 1
+                    continue  # later deltas carry nothing else we measure: skip the JSON parse
                 event = parse_sse_line(line)
                 if event is None:
                     continue
                 if event == "[DONE]":
                     break
                 kind = event.get("type")
-                if kind == "delta" and record.first_token_s is None:
-                    record.first_token_s = clock()
+                if kind == "delta":
+                    record.delta_events += 1
+                    if record.first_token_s is None:
+                        record.first_token_s = clock()
                 elif kind == "clip":
                     record.num_frames = (event.get("video") or {}).get("num_frames")
                 elif kind == "done":

@@ -14,8 +14,7 @@ import dataclasses
 import statistics
 from pathlib import Path
 
-import numpy as np
-
+from loadtest import statistics as stats
 from serve_app.config import DEFAULT_SYSTEM_PROMPT, DecodeConfig, LimitsConfig
 from serve_app.decoder import DecodedClip, SampleRequest, decode_clip
 
@@ -58,11 +57,8 @@ def decode_window(w: Window) -> DecodedClip:
 
 
 def percentiles(values: list[float], qs=(50, 95)) -> dict[str, float | None]:
-    """``{"p50": …, "p95": …}`` of ``values`` (linear interpolation), None when empty."""
-    if not values:
-        return {f"p{q}": None for q in qs}
-    arr = np.asarray(values, dtype=float)
-    return {f"p{q}": round(float(np.percentile(arr, q)), 4) for q in qs}
+    """``{"p50": …, "p95": …}`` of ``values``, 4 decimals (:func:`loadtest.statistics.percentiles`)."""
+    return stats.percentiles(values, qs, digits=4)
 
 
 def summary(latencies_s: list[float]) -> dict:
