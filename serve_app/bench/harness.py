@@ -1,6 +1,7 @@
 """The harness of the config-driven benches (overload, soak): their shared options and local Serve.
 
-:func:`add_serve_options` adds ``--config``, ``--port`` and ``--object-store-mb``;
+:func:`add_serve_options` adds the options they share (``--config``, ``--out``, ``--port``,
+``--cameras``, ``--object-store-mb``);
 :func:`serving` starts a local Ray + Serve (loopback), deploys the config's first
 application under ``name`` and stops both afterwards.
 """
@@ -15,10 +16,13 @@ from serve_app.config import load_serve_config
 from serve_app.testing import local_serve
 
 
-def add_serve_options(ap: argparse.ArgumentParser, port: int) -> None:
-    """Adds ``--config`` (the Serve config deployed), ``--port`` and ``--object-store-mb``."""
+def add_serve_options(ap: argparse.ArgumentParser, port: int, out: str) -> None:
+    """Adds ``--config`` (the Serve config deployed), ``--out`` (the result file), ``--port``,
+    ``--cameras`` and ``--object-store-mb``."""
     ap.add_argument("--config", default="configs/cpu.yaml")
+    ap.add_argument("--out", default=out)
     ap.add_argument("--port", type=int, default=port)
+    ap.add_argument("--cameras", type=int, default=4)
     ap.add_argument("--object-store-mb", type=int, default=2048,
                     help="Ray object store size (MiB); 0: Ray's default (30%% of RAM)")
 

@@ -136,9 +136,7 @@ async def soak(url: str, args, write) -> None:
 def main(argv: list[str] | None = None) -> None:
     """Command line: starts Serve with configs/cpu.yaml's app args and soaks it."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    harness.add_serve_options(ap, port=8434)
-    ap.add_argument("--out", default="results/soak-cpu.json")
-    ap.add_argument("--cameras", type=int, default=4)
+    harness.add_serve_options(ap, port=8434, out="results/soak-cpu.json")
     ap.add_argument("--period-s", type=float, default=10.0, help="seconds between one camera's clips")
     ap.add_argument("--duration-min", type=float, default=30)
     ap.add_argument("--warmup-min", type=int, default=5)

@@ -18,10 +18,11 @@ import contextlib
 import logging
 import os
 import signal
-import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
+
+from loadtest.double import free_port as free_port  # re-exported: tests take every local-Serve helper from here
 
 logger = logging.getLogger(__name__)
 
@@ -36,13 +37,6 @@ TINY_CKPT = ROOT / "checkpoints" / "tiny-qwen2_5_vl"
 TEST_API_KEY_ENV = "COSMOS_SERVE_TEST_API_KEY"
 #: Environment variable holding a test session's Prometheus metrics port (Ray's metrics agent).
 METRICS_PORT_ENV = "COSMOS_SERVE_TEST_METRICS_PORT"
-
-
-def free_port() -> int:
-    """An unused TCP port on loopback."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _merge(base: dict, overrides: dict) -> dict:
