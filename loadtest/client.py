@@ -8,7 +8,8 @@ camera becomes JSON ``{video_url, start_s, end_s, …}``; a server-local file
 :func:`send` fills a :class:`loadtest.records.RequestRecord` from the
 response: with ``stream`` it reads the server-sent events (``clip``,
 ``delta``…, ``done``, ``[DONE]``), stamps the first ``delta`` as the
-time to first token and counts the deltas; a refusal keeps its ``Retry-After``; errors are classified by kind (``http``, ``stream``,
+time to first token and counts the deltas; a refusal keeps its
+``Retry-After``; errors are classified by kind (``http``, ``stream``,
 ``timeout``, ``connect``, ``protocol``).
 """
 

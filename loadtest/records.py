@@ -138,7 +138,7 @@ class RequestRecord:
         return d
 
     @classmethod
-    def from_row(cls, row: dict[str, Any]) -> "RequestRecord":
+    def from_row(cls, row: dict[str, Any]) -> RequestRecord:
         """Inverse of :meth:`row`; accepts CSV strings ('' = None) as well as typed values."""
         kwargs: dict[str, Any] = {}
         for f in dataclasses.fields(cls):

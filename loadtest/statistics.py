@@ -48,7 +48,7 @@ def percentiles(
     if arr.size == 0:
         return dict.fromkeys(keys)
     vals = (float(v) for v in np.percentile(arr, list(qs)))
-    return {k: (v if digits is None else round(v, digits)) for k, v in zip(keys, vals)}
+    return {k: (v if digits is None else round(v, digits)) for k, v in zip(keys, vals, strict=True)}
 
 
 def distribution(values: Iterable[float | None]) -> dict[str, float | int | None]:
@@ -236,7 +236,7 @@ def timeline(records: Sequence[RequestRecord], bin_s: float) -> dict[str, list[f
     ends = [e for e in ends if e is not None]
     if not ends:
         return {"t_s": [], "qps": [], "latency_p50_ms": [], "latency_p95_ms": [], "errors": []}
-    n = int(math.floor(max(ends) / bin_s)) + 1
+    n = math.floor(max(ends) / bin_s) + 1
     lat: list[list[float]] = [[] for _ in range(n)]
     errors = [0] * n
     for r in measured:

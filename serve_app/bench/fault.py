@@ -56,7 +56,8 @@ def fault_app_args(**overrides) -> dict:
 
 
 def decoder_kill_run(
-    url: str, app: str, *, cameras: int = 4, warmup_s: float = 6.0, after_s: float = 6.0, recovery_timeout_s: float = 60.0
+    url: str, app: str, *, cameras: int = 4, warmup_s: float = 6.0, after_s: float = 6.0,
+    recovery_timeout_s: float = 60.0,
 ) -> dict:
     """Kills one decode replica under a ``cameras``-camera load; returns what happened.
 

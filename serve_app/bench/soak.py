@@ -7,8 +7,9 @@ Run from the project root (CPU, outside CI; starts its own Ray + Serve with
 
 Each of ``--cameras`` cameras sends one clip every ``--period-s`` seconds (a camera cutting its
 stream into windows; starts staggered; a request that outlasts the period delays the next one,
-never overlaps it: the load tester's paced closed loop, :func:`loadtest.traffic.paced`). A request uploads the test clip (2.8 MB) and asks about a 10-s window
-(40 frames of 420×756) for 16 tokens with ``ignore_eos``.
+never overlaps it: the load tester's paced closed loop, :func:`loadtest.traffic.paced`).
+A request uploads the test clip (2.8 MB) and asks about a 10-s window (40 frames of 420×756)
+for 16 tokens with ``ignore_eos``.
 
 Every ``--sample-s`` seconds the summed RSS of the Serve processes (controller, proxy,
 replicas) is sampled; each minute gets its request count, errors and latency percentiles.

@@ -35,7 +35,8 @@ def _cpu_by_kind(procs) -> dict[str, float]:
             t = p.cpu_times()
         except Exception:  # noqa: BLE001 - a process that went away
             continue
-        kind = next((k for k in ("VideoModel", "Ingress", "VideoDecoder", "ProxyActor", "ServeController") if k in title), "other")
+        kinds = ("VideoModel", "Ingress", "VideoDecoder", "ProxyActor", "ServeController")
+        kind = next((k for k in kinds if k in title), "other")
         out[kind] = out.get(kind, 0.0) + t.user + t.system
     return out
 

@@ -56,11 +56,7 @@ def decode_window(w: Window) -> DecodedClip:
                        DecodeConfig(), LimitsConfig())
 
 
-def percentiles(values: list[float], qs=(50, 95)) -> dict[str, float | None]:
-    """``{"p50": …, "p95": …}`` of ``values``, 4 decimals (:func:`loadtest.statistics.percentiles`)."""
-    return stats.percentiles(values, qs, digits=4)
-
-
 def summary(latencies_s: list[float]) -> dict:
-    """Mean and percentiles of a list of seconds."""
-    return {"mean": round(statistics.fmean(latencies_s), 4) if latencies_s else None, **percentiles(latencies_s)}
+    """Mean, p50 and p95 of a list of seconds, 4 decimals (:func:`loadtest.statistics.percentiles`)."""
+    return {"mean": round(statistics.fmean(latencies_s), 4) if latencies_s else None,
+            **stats.percentiles(latencies_s, (50, 95), digits=4)}

@@ -46,7 +46,8 @@ def serve_memory(root_pid: int | None = None) -> list[dict]:
             title = " ".join(p.cmdline()).strip()
         except psutil.Error:
             continue
-        out.append({"process": title[:80], "rss_mb": round(mi.rss / 2**20, 1), "shared_mb": round(mi.shared / 2**20, 1)})
+        out.append({"process": title[:80], "rss_mb": round(mi.rss / 2**20, 1),
+                    "shared_mb": round(mi.shared / 2**20, 1)})
     return out
 
 

@@ -29,8 +29,8 @@ def test_overload_summary_splits_accepted_and_rejected_latency_and_counts_missin
 def test_overload_memory_summary_by_phase_and_halves():
     sampler = RssSampler()
     mb = 2**20
-    sampler.samples = [RssSample(0, 100 * mb, 50 * mb, 5, 1.0, "idle"), RssSample(1, 200 * mb, 80 * mb, 5, 1.0, "capacity"),
-                       RssSample(2, 210 * mb, 81 * mb, 5, 1.0, "overload"), RssSample(3, 220 * mb, 90 * mb, 5, 1.0, "overload")]
+    sampler.samples = [RssSample(t, rss * mb, private * mb, 5, 1.0, phase) for t, rss, private, phase in (
+        (0, 100, 50, "idle"), (1, 200, 80, "capacity"), (2, 210, 81, "overload"), (3, 220, 90, "overload"))]
     m = overload.memory_summary(sampler, [])
     assert m["by_phase"]["capacity"]["max_mb"] == 200.0 and m["by_phase"]["after"] is None
     assert m["overload_growth_over_capacity_peak_pct"] == 10.0

@@ -1,4 +1,5 @@
-"""Load-test records, statistics and sweep decisions on synthetic timings: percentiles, freshness, deadline misses, lag growth, verdicts, sweeps."""
+"""Load-test records, statistics and sweep decisions on synthetic timings: percentiles, freshness,
+deadline misses, lag growth, verdicts, sweeps."""
 
 import csv
 import io

@@ -1,6 +1,7 @@
 """The benches' traffic API (loadtest.traffic) and their summaries, in virtual time over a mock transport."""
 
 import asyncio
+import itertools
 import json
 
 import httpx
@@ -94,7 +95,7 @@ def test_open_loop_offers_the_rate_whatever_the_answers_and_keeps_refusals(clip)
     assert 850 <= len(recs) <= 1150  # Poisson: 1000 expected, sd ≈ 32
     assert all(r.status == 503 and r.error_type == "overloaded" and r.retry_after_s == 1.0 for r in recs)
     assert len({r.camera_id for r in recs}) == 16
-    gaps = [b - a for (a, _), (b, _) in zip(seen, seen[1:])]
+    gaps = [b - a for (a, _), (b, _) in itertools.pairwise(seen)]
     assert sum(gaps) / len(gaps) == pytest.approx(0.02, rel=0.1)
     with pytest.raises(ValueError, match="rate"):
         asyncio.run(traffic.open_loop("http://bench", traffic.ClipQuery(clip, "q"), rate_rps=0, duration_s=1))
