@@ -120,6 +120,7 @@ async def soak(url: str, args, write) -> None:
             logger.warning("%s: %s %s", r.camera_id, r.status, outcome(r)["error"])
 
     sampler = RssSampler(args.sample_s, on_sample=on_sample)
+    sampler.phase = "soak"
     stop = asyncio.Event()
     sampling = asyncio.create_task(sampler.run(stop))
     records = await traffic.paced(
