@@ -8,7 +8,8 @@ camera becomes JSON ``{video_url, start_s, end_s, …}``; a server-local file
 :func:`send` fills a :class:`loadtest.records.RequestRecord` from the
 response: with ``stream`` it reads the server-sent events (``clip``,
 ``delta``…, ``done``, ``[DONE]``), stamps the first ``delta`` as the
-time to first token and counts the deltas; a refusal keeps its
+time to first token and counts the deltas (an OpenAI chat stream's
+``chat.completion.chunk`` s count the same way, its ``usage`` kept); a refusal keeps its
 ``Retry-After``; errors are classified by kind (``http``, ``stream``,
 ``timeout``, ``connect``, ``protocol``).
 """
@@ -125,6 +126,21 @@ async def _read_error(record: RequestRecord, response: httpx.Response) -> None:
     _apply_error(record, "http", body, raw[:300].decode("utf-8", "replace"))
 
 
+def _apply_chat_chunk(record: RequestRecord, chunk: dict[str, Any], clock: Callable[[], float]) -> None:
+    """One OpenAI ``chat.completion.chunk``: text (or reasoning) deltas stamp TTFT and count; usage is kept."""
+    choices = chunk.get("choices") or []
+    delta = (choices[0].get("delta") or {}) if choices else {}
+    if delta.get("content") or delta.get("reasoning_content"):
+        record.delta_events += 1
+        if record.first_token_s is None:
+            record.first_token_s = clock()
+    usage = chunk.get("usage") or {}
+    if usage:
+        record.prompt_tokens = usage.get("prompt_tokens")
+        record.completion_tokens = usage.get("completion_tokens")
+    record.request_id = record.request_id or chunk.get("id")
+
+
 #: How the server starts a delta event line (``json.dumps`` separators, or compact JSON).
 _DELTA_PREFIXES = ('data: {"type": "delta"', 'data: {"type":"delta"')
 
@@ -183,7 +199,7 @@ async def send(
                 await _read_error(record, r)
                 record.done_s = clock()
                 return
-            got_done = False
+            got_done = chat = False
             async for line in r.aiter_lines():
                 if record.first_token_s is not None and line.startswith(_DELTA_PREFIXES):
                     record.delta_events += 1
@@ -192,9 +208,15 @@ async def send(
                 if event is None:
                     continue
                 if event == "[DONE]":
+                    got_done = got_done or chat  # a chat stream ends with [DONE]; ours with a done event
                     break
                 kind = event.get("type")
-                if kind == "delta":
+                if kind is None and "choices" in event:
+                    chat = True
+                    _apply_chat_chunk(record, event, clock)
+                elif kind is None and "error" in event:
+                    _apply_error(record, "stream", event, "error event")
+                elif kind == "delta":
                     record.delta_events += 1
                     if record.first_token_s is None:
                         record.first_token_s = clock()

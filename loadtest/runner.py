@@ -30,7 +30,7 @@ from collections.abc import Callable
 import httpx
 
 from loadtest.camera import Window, is_url, source_windows
-from loadtest.client import build_request, make_client, send
+from loadtest.client import HttpRequest, build_request, make_client, send
 from loadtest.records import RequestRecord
 from loadtest.schedule import phases, plan
 from loadtest.settings import CameraSpec, RunSettings
@@ -48,12 +48,21 @@ class Feed:
         offset: cycle position of request 0 (cameras sharing a clip start at different windows).
         cycle: replay the windows in a loop; False: each window is sent once (a fixed batch)
             and the closed loop stops at the last one.
+        requests: ready request bodies, one per window (None: built from the camera and window
+            by :func:`loadtest.client.build_request`).
     """
 
     spec: CameraSpec
     windows: tuple[Window, ...] | None
     offset: int = 0
     cycle: bool = True
+    requests: tuple[HttpRequest, ...] | None = None
+
+    def request(self, k: int, settings: RunSettings) -> HttpRequest:
+        """The body of the camera's request ``k``."""
+        if self.requests is not None:
+            return self.requests[(self.offset + k) % len(self.requests)]
+        return build_request(self.spec, self.window(k), self.question(k), settings)
 
     def has(self, k: int) -> bool:
         """Whether the camera has a request ``k`` (always, unless a non-cycling feed ran out)."""
@@ -190,7 +199,7 @@ class Runner:
         feed = self.feeds[cam]
         self.inflight += 1
         try:
-            req = build_request(feed.spec, feed.window(k), feed.question(k), self.settings)
+            req = feed.request(k, self.settings)
             await send(client, url, req, rec, self.clock, self.settings.stream)
         except asyncio.CancelledError:
             rec.error_kind = "unfinished"

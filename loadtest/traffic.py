@@ -17,6 +17,8 @@ The schedules benches use:
   answer delays the camera's next request, never overlaps it.
 * :func:`batch`: a fixed list of queries, each sent once, at most ``concurrency`` in flight
   (default: all at once); times are seconds since the batch started.
+* :func:`batch_json`: the same for ready JSON bodies to any route, e.g. OpenAI chat
+  completions (streamed chunks give TTFT, the ``usage`` chunk the token counts).
 
 Example (the GPU bench's Serve side: every window in flight at once, streamed)::
 
@@ -30,6 +32,9 @@ Example (the GPU bench's Serve side: every window in flight at once, streamed)::
     e2e_s = [r.done_s for r in records]
     tokens = sum(r.completion_tokens for r in records)
     server_decode_ms = [r.decode_ms for r in records]  # the server's timings and usage, per request
+
+    # plain ``vllm serve`` or the project's OpenAI route: chat bodies as built by the bench
+    records = await batch_json(url, [chat_body(model, path) for path in files], request_timeout_s=900)
 """
 
 from __future__ import annotations
@@ -43,7 +48,7 @@ from typing import Any
 import httpx
 
 from loadtest.camera import Window
-from loadtest.client import make_client
+from loadtest.client import HttpRequest, make_client
 from loadtest.records import RequestRecord
 from loadtest.runner import Feed, Runner
 from loadtest.settings import CameraSpec, RunSettings
@@ -135,6 +140,23 @@ async def run(
         pydantic.ValidationError: a bad setting. ValueError: see :func:`clip_feeds`.
     """
     specs, feeds = clip_feeds(queries, cameras, cycle=cycle)
+    return await drive(target, specs, feeds, api_key=api_key, client_factory=client_factory, started=started,
+                       on_record=on_record, clock=clock, **settings)
+
+
+async def drive(
+    target: str,
+    specs: list[CameraSpec],
+    feeds: list[Feed],
+    *,
+    api_key: str | None = None,
+    client_factory: Callable[[RunSettings], httpx.AsyncClient] | None = None,
+    started: Callable[[Runner], None] | None = None,
+    on_record: Callable[[RequestRecord], None] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+    **settings: Any,
+) -> list[RequestRecord]:
+    """Runs ready feeds with the bench defaults of :func:`run` (which documents the arguments)."""
     settings.setdefault("stream", False)
     settings.setdefault("max_requests", 10**9)
     timeout_s = settings.get("request_timeout_s", RunSettings.model_fields["request_timeout_s"].default)
@@ -182,3 +204,23 @@ async def batch(target: str, queries: Sequence[ClipQuery], *, concurrency: int |
     """
     return await run(target, queries, cameras=1, cycle=False, schedule="closed",
                      concurrency=concurrency or len(queries), duration_s=UNBOUNDED_S, **settings)
+
+
+async def batch_json(target: str, bodies: Sequence[dict[str, Any]], *, route: str = "/v1/chat/completions",
+                     concurrency: int | None = None, **settings: Any) -> list[RequestRecord]:
+    """Each JSON body once to ``{target}{route}``, at most ``concurrency`` in flight (None: all at once).
+
+    For routes whose bodies a bench builds itself, e.g. OpenAI chat completions (the project's
+    ``/v1/chat/completions`` or plain ``vllm serve``): a streamed chat answer's first non-empty
+    ``delta`` is the TTFT and its ``usage`` chunk (``stream_options: {include_usage: true}``)
+    gives the token counts. ``stream`` defaults to whether the bodies ask for it. See :func:`run`.
+    """
+    if not bodies:
+        raise ValueError("need at least one body")
+    settings.setdefault("stream", any(b.get("stream") for b in bodies))
+    spec = CameraSpec(id="batch")
+    windows = tuple(Window(i, 0.0, 0.0, None, None, None, "json") for i in range(len(bodies)))
+    requests = tuple(HttpRequest(json=dict(b)) for b in bodies)
+    feed = Feed(spec, windows, 0, cycle=False, requests=requests)
+    return await drive(target, [spec], [feed], route=route, schedule="closed", concurrency=concurrency or len(bodies),
+                       duration_s=UNBOUNDED_S, **settings)

@@ -123,3 +123,41 @@ def test_the_virtual_clock_jumps_to_timers_without_waiting():
 
     with pytest.raises(RuntimeError, match="deadlock"):
         run_virtual(stuck())
+
+
+def chat_chunk(content=None, usage=None, choices=True):
+    chunk = {"id": "chatcmpl-1", "object": "chat.completion.chunk",
+             "choices": [{"index": 0, "delta": {} if content is None else {"content": content}}] if choices else []}
+    if usage:
+        chunk["usage"] = usage
+    return b"data: " + json.dumps(chunk).encode() + b"\n\n"
+
+
+def test_json_bodies_to_a_chat_route_read_openai_chunks():
+    seen = []
+
+    async def handler(request):
+        seen.append((asyncio.get_running_loop().time(), request))
+        await asyncio.sleep(0.5)
+        body = (chat_chunk("") + chat_chunk("Hel") + chat_chunk("lo")
+                + chat_chunk(usage={"prompt_tokens": 90, "completion_tokens": 2}, choices=False) + b"data: [DONE]\n\n")
+        return httpx.Response(200, content=body)
+
+    bodies = [{"model": "m", "messages": [{"role": "user", "content": f"q{i}"}], "stream": True} for i in range(3)]
+    recs = in_virtual_time(traffic.batch_json, handler, bodies)
+    assert sorted(json.loads(r.read())["messages"][0]["content"] for _, r in seen) == ["q0", "q1", "q2"]
+    assert all(r.url.path == "/v1/chat/completions" for _, r in seen)
+    assert all(r.ok and r.delta_events == 2 and r.first_token_s == pytest.approx(0.5) for r in recs), recs
+    assert [(r.prompt_tokens, r.completion_tokens, r.request_id) for r in recs] == [(90, 2, "chatcmpl-1")] * 3
+
+    async def cut(request):
+        return httpx.Response(200, content=chat_chunk("a"))  # no [DONE]
+
+    assert in_virtual_time(traffic.batch_json, cut, bodies[:1])[0].error_kind == "protocol"
+
+    async def failing(request):
+        return httpx.Response(200, content=b'data: {"error": {"type": "internal_error", "message": "boom"}}\n\n'
+                              b"data: [DONE]\n\n")
+
+    err = in_virtual_time(traffic.batch_json, failing, bodies[:1])[0]
+    assert err.error_kind == "stream" and err.error_type == "internal_error" and not err.ok
