@@ -159,8 +159,9 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO)
     app = load_serve_config(a.config)["applications"][0]
     stopping: list[int] = []
-    signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
     with running(a.port, num_cpus=a.num_cpus, log_to_driver=True) as url:
+        # after ray.init, which installs a SIGTERM handler of its own that ends the process at once
+        signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
         deploy(app.get("name", "app"), app.get("route_prefix", "/"), app.get("args") or {})
         print(f"READY {url}", flush=True)
         try:
