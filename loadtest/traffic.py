@@ -102,12 +102,27 @@ def clip_feeds(queries: Sequence[ClipQuery], cameras: int = 1, *, cycle: bool = 
     return specs, feeds
 
 
-async def run(
+async def run(target: str, queries: Sequence[ClipQuery], *, cameras: int = 1, cycle: bool = True,
+              **options: Any) -> list[RequestRecord]:
+    """Sends ``queries`` from ``cameras`` feeds to ``{target}/v1/video/query``; returns every record.
+
+    Args:
+        target: base URL of the application (loopback for benches).
+        cycle: replay the queries in a loop (False: each once, see :func:`batch`).
+        options: the keyword arguments of :func:`drive` and :class:`loadtest.settings.RunSettings` fields.
+
+    Raises:
+        pydantic.ValidationError: a bad setting. ValueError: see :func:`clip_feeds`.
+    """
+    specs, feeds = clip_feeds(queries, cameras, cycle=cycle)
+    return await drive(target, specs, feeds, **options)
+
+
+async def drive(
     target: str,
-    queries: Sequence[ClipQuery],
+    specs: list[CameraSpec],
+    feeds: list[Feed],
     *,
-    cameras: int = 1,
-    cycle: bool = True,
     api_key: str | None = None,
     client_factory: Callable[[RunSettings], httpx.AsyncClient] | None = None,
     started: Callable[[Runner], None] | None = None,
@@ -115,7 +130,7 @@ async def run(
     clock: Callable[[], float] = time.perf_counter,
     **settings: Any,
 ) -> list[RequestRecord]:
-    """Sends ``queries`` from ``cameras`` feeds to ``{target}/v1/video/query``; returns every record.
+    """Runs ready feeds (one per camera spec) against ``target`` with bench defaults; returns every record.
 
     Args:
         target: base URL of the application (loopback for benches).
@@ -137,26 +152,8 @@ async def run(
         The records in send order; times are seconds since the run started.
 
     Raises:
-        pydantic.ValidationError: a bad setting. ValueError: see :func:`clip_feeds`.
+        pydantic.ValidationError: a bad setting.
     """
-    specs, feeds = clip_feeds(queries, cameras, cycle=cycle)
-    return await drive(target, specs, feeds, api_key=api_key, client_factory=client_factory, started=started,
-                       on_record=on_record, clock=clock, **settings)
-
-
-async def drive(
-    target: str,
-    specs: list[CameraSpec],
-    feeds: list[Feed],
-    *,
-    api_key: str | None = None,
-    client_factory: Callable[[RunSettings], httpx.AsyncClient] | None = None,
-    started: Callable[[Runner], None] | None = None,
-    on_record: Callable[[RequestRecord], None] | None = None,
-    clock: Callable[[], float] = time.perf_counter,
-    **settings: Any,
-) -> list[RequestRecord]:
-    """Runs ready feeds with the bench defaults of :func:`run` (which documents the arguments)."""
     settings.setdefault("stream", False)
     settings.setdefault("max_requests", 10**9)
     timeout_s = settings.get("request_timeout_s", RunSettings.model_fields["request_timeout_s"].default)
