@@ -89,7 +89,8 @@ def parser() -> argparse.ArgumentParser:
                    help="upload window clips, or send video_path + start_s/end_s (server-local files)")
     g = p.add_argument_group("schedule")
     g.add_argument("--schedule", choices=SCHEDULES, default="realtime")
-    g.add_argument("--interval-s", type=float, help="interval/poisson: period / mean gap (default: window)")
+    g.add_argument("--interval-s", type=float, help="interval/poisson: period / mean gap (default: window); "
+                   "closed: a worker's minimum gap between sends (default: none)")
     g.add_argument("--concurrency", type=int, help="closed: requests in flight (default: cameras)")
     g.add_argument("--stagger", choices=STAGGERS, default="uniform",
                    help="how camera phases spread over one window")

@@ -5,10 +5,12 @@ becomes ``multipart/form-data`` (the ``video`` part plus form fields); a URL
 camera becomes JSON ``{video_url, start_s, end_s, …}``; a server-local file
 (``transport: path``) becomes JSON ``{video_path, start_s, end_s, …}``.
 
-:func:`send` fills a :class:`loadtest.metrics.RequestRecord` from the
+:func:`send` fills a :class:`loadtest.records.RequestRecord` from the
 response: with ``stream`` it reads the server-sent events (``clip``,
-``delta``…, ``done``, ``[DONE]``) and stamps the first ``delta`` as the
-time to first token; errors are classified by kind (``http``, ``stream``,
+``delta``…, ``done``, ``[DONE]``), stamps the first ``delta`` as the
+time to first token and counts the deltas (an OpenAI chat stream's
+``chat.completion.chunk`` s count the same way, its ``usage`` kept); a refusal keeps its
+``Retry-After``; errors are classified by kind (``http``, ``stream``,
 ``timeout``, ``connect``, ``protocol``).
 """
 
@@ -24,7 +26,7 @@ from typing import Any
 import httpx
 
 from loadtest.camera import Window, is_url
-from loadtest.metrics import RequestRecord
+from loadtest.records import RequestRecord
 from loadtest.settings import CameraSpec, RunSettings
 
 logger = logging.getLogger(__name__)
@@ -115,6 +117,7 @@ def _apply_error(record: RequestRecord, kind: str, body: Any, fallback: str) -> 
 
 
 async def _read_error(record: RequestRecord, response: httpx.Response) -> None:
+    record.retry_after_s = _retry_after_s(response)
     raw = await response.aread()
     try:
         body = json.loads(raw)
@@ -123,8 +126,32 @@ async def _read_error(record: RequestRecord, response: httpx.Response) -> None:
     _apply_error(record, "http", body, raw[:300].decode("utf-8", "replace"))
 
 
-#: How the server writes a delta event (``json.dumps`` default separators).
-_DELTA_PREFIX = 'data: {"type": "delta"'
+def _apply_chat_chunk(record: RequestRecord, chunk: dict[str, Any], clock: Callable[[], float]) -> None:
+    """One OpenAI ``chat.completion.chunk``: text (or reasoning) deltas stamp TTFT and count; usage is kept."""
+    choices = chunk.get("choices") or []
+    delta = (choices[0].get("delta") or {}) if choices else {}
+    if delta.get("content") or delta.get("reasoning_content"):
+        record.delta_events += 1
+        if record.first_token_s is None:
+            record.first_token_s = clock()
+    usage = chunk.get("usage") or {}
+    if usage:
+        record.prompt_tokens = usage.get("prompt_tokens")
+        record.completion_tokens = usage.get("completion_tokens")
+    record.request_id = record.request_id or chunk.get("id")
+
+
+#: How the server starts a delta event line (``json.dumps`` separators, or compact JSON).
+_DELTA_PREFIXES = ('data: {"type": "delta"', 'data: {"type":"delta"')
+
+
+def _retry_after_s(response: httpx.Response) -> float | None:
+    """The ``Retry-After`` header in seconds (RFC 9110 delay-seconds form), None if absent or a date."""
+    value = response.headers.get("retry-after")
+    try:
+        return None if value is None else float(value)
+    except ValueError:
+        return None
 
 
 def parse_sse_line(line: str) -> dict[str, Any] | str | None:
@@ -172,18 +199,27 @@ async def send(
                 await _read_error(record, r)
                 record.done_s = clock()
                 return
-            got_done = False
+            got_done = chat = False
             async for line in r.aiter_lines():
-                if record.first_token_s is not None and line.startswith(_DELTA_PREFIX):
-                    continue  # later deltas carry nothing we measure: skip the JSON parse
+                if record.first_token_s is not None and line.startswith(_DELTA_PREFIXES):
+                    record.delta_events += 1
+                    continue  # later deltas carry nothing else we measure: skip the JSON parse
                 event = parse_sse_line(line)
                 if event is None:
                     continue
                 if event == "[DONE]":
+                    got_done = got_done or chat  # a chat stream ends with [DONE]; ours with a done event
                     break
                 kind = event.get("type")
-                if kind == "delta" and record.first_token_s is None:
-                    record.first_token_s = clock()
+                if kind is None and "choices" in event:
+                    chat = True
+                    _apply_chat_chunk(record, event, clock)
+                elif kind is None and "error" in event:
+                    _apply_error(record, "stream", event, "error event")
+                elif kind == "delta":
+                    record.delta_events += 1
+                    if record.first_token_s is None:
+                        record.first_token_s = clock()
                 elif kind == "clip":
                     record.num_frames = (event.get("video") or {}).get("num_frames")
                 elif kind == "done":

@@ -20,15 +20,16 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from loadtest.metrics import RequestRecord, timeline  # noqa: E402
+from loadtest.records import RequestRecord  # noqa: E402
+from loadtest.statistics import percentiles, timeline  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
 
 def _ecdf(ax, values: Sequence[float], label: str) -> None:
-    v = np.sort(np.asarray(values, dtype=float))
-    if v.size:
-        ax.step(v, np.arange(1, v.size + 1) / v.size, where="post", label=f"{label} (n={v.size})")
+    """Matplotlib's empirical CDF (``Axes.ecdf``, matplotlib ≥ 3.8) of a non-empty sample, n in the label."""
+    if len(values):
+        ax.ecdf(values, label=f"{label} (n={len(values)})")
 
 
 def latency_cdf(ax, records: Sequence[RequestRecord]) -> None:
@@ -55,7 +56,7 @@ def scheduling_lag(ax, records: Sequence[RequestRecord]) -> None:
     lag = [max(r.lag_ms, 1e-3) for r in records if not r.warmup]
     _ecdf(ax, lag, "scheduling lag")
     if lag:
-        p99 = float(np.percentile(lag, 99))
+        p99 = percentiles(lag, (99,))["p99"]
         ax.axvline(p99, color="tab:red", lw=1, ls=":", label=f"p99 {p99:.1f} ms")
     ax.set_xscale("log")
     ax.set_xlabel("milliseconds (log)")

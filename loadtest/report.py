@@ -2,7 +2,7 @@
 
 ``results.json`` holds the settings, how the windows were cut, the summary and
 per-camera metrics; ``requests.csv`` next to it holds every request (one row
-each, the columns of :meth:`loadtest.metrics.RequestRecord.row`), from which
+each, the columns of :meth:`loadtest.records.RequestRecord.row`), from which
 the summary can be recomputed. ``python -m loadtest
 --report results.json`` re-renders tables and plots from a saved run or sweep.
 """
@@ -21,7 +21,8 @@ from rich.console import Console, Group
 from rich.panel import Panel
 from rich.table import Table
 
-from loadtest.metrics import Criteria, RequestRecord, distribution, summarize
+from loadtest.records import RequestRecord
+from loadtest.statistics import Criteria, distribution, summarize
 
 logger = logging.getLogger(__name__)
 

@@ -8,6 +8,15 @@ for answers, then cancels what is left and records it as ``unfinished``
 Open-loop schedules use one dispatcher task that sleeps until each planned
 send time and starts the request as its own task, so a slow server never
 delays the next send (the client's own delay is the scheduling lag, reported).
+The closed loop runs ``concurrency`` workers; worker ``w`` sends requests
+``w, w + n, w + 2n, …`` of the sequence (camera ``q mod cameras``, its window
+``q div cameras``), each when the previous one has been answered, or, with
+``interval_s``, no sooner than ``interval_s`` after its last send (a paced
+camera whose late answer delays its next window and never overlaps it).
+
+Time is the injected ``clock`` (``time.perf_counter`` by default); sleeps and
+timeouts are the event loop's, so a test can run a whole schedule in virtual
+time (:mod:`serve_app.testing.clock`) with ``clock=loop.time``.
 """
 
 from __future__ import annotations
@@ -21,9 +30,9 @@ from collections.abc import Callable
 import httpx
 
 from loadtest.camera import Window, is_url, source_windows
-from loadtest.client import build_request, make_client, send
-from loadtest.metrics import RequestRecord
-from loadtest.schedule import plan
+from loadtest.client import HttpRequest, build_request, make_client, send
+from loadtest.records import RequestRecord
+from loadtest.schedule import phases, plan
 from loadtest.settings import CameraSpec, RunSettings
 
 logger = logging.getLogger(__name__)
@@ -37,11 +46,27 @@ class Feed:
         spec: the camera.
         windows: the cycle of windows; None for a live URL (windows advance forever).
         offset: cycle position of request 0 (cameras sharing a clip start at different windows).
+        cycle: replay the windows in a loop; False: each window is sent once (a fixed batch)
+            and the closed loop stops at the last one.
+        requests: ready request bodies, one per window (None: built from the camera and window
+            by :func:`loadtest.client.build_request`).
     """
 
     spec: CameraSpec
     windows: tuple[Window, ...] | None
     offset: int = 0
+    cycle: bool = True
+    requests: tuple[HttpRequest, ...] | None = None
+
+    def request(self, k: int, settings: RunSettings) -> HttpRequest:
+        """The body of the camera's request ``k``."""
+        if self.requests is not None:
+            return self.requests[(self.offset + k) % len(self.requests)]
+        return build_request(self.spec, self.window(k), self.question(k), settings)
+
+    def has(self, k: int) -> bool:
+        """Whether the camera has a request ``k`` (always, unless a non-cycling feed ran out)."""
+        return self.cycle or self.windows is None or k < len(self.windows)
 
     def window(self, k: int) -> Window:
         """The window of the camera's request ``k``."""
@@ -81,30 +106,47 @@ class Runner:
         settings: the run.
         feeds: from :func:`prepare_feeds` (same camera order as ``settings.cameras``).
         client_factory: returns the ``httpx.AsyncClient`` (tests may inject transports).
+        clock: monotonic seconds (any origin); ``time.perf_counter`` by default, the event
+            loop's ``time`` in virtual-time tests.
+        on_record: called with each record when its request has ended (answered, failed or
+            given up), e.g. to log or stream progress.
     """
 
     def __init__(
         self, settings: RunSettings, feeds: list[Feed],
         client_factory: Callable[[RunSettings], httpx.AsyncClient] = make_client,
+        clock: Callable[[], float] = time.perf_counter,
+        on_record: Callable[[RequestRecord], None] | None = None,
     ):
         if len(feeds) != len(settings.cameras):
             raise ValueError("one feed per camera")
         self.settings = settings
         self.feeds = feeds
         self.client_factory = client_factory
+        self.on_record = on_record
         self.records: list[RequestRecord] = []
         self.inflight = 0
         self.phase = "idle"  # idle → sending → draining → done
+        self._now = clock
         self._t0: float | None = None
         self._main: asyncio.Task | None = None
+        self._sending = True
         self._stopped = False
 
     def clock(self) -> float:
         """Seconds since the run started (0 before it starts)."""
-        return 0.0 if self._t0 is None else time.perf_counter() - self._t0
+        return 0.0 if self._t0 is None else self._now() - self._t0
 
-    def stop(self) -> None:
-        """Ends the run early (sending stops; running requests become ``unfinished``)."""
+    def stop(self, drain: bool = False) -> None:
+        """Ends the run early: nothing more is sent.
+
+        Args:
+            drain: wait for the requests in flight (up to the run's drain deadline) instead of
+                cancelling them at once (then they are recorded ``unfinished``).
+        """
+        self._sending = False
+        if drain:
+            return
         self._stopped = True
         if self._main is not None and not self._main.done():
             self._main.cancel()
@@ -114,7 +156,7 @@ class Runner:
         s = self.settings
         url = s.route
         async with self.client_factory(s) as client:
-            self._t0 = time.perf_counter()
+            self._t0 = self._now()
             tasks: set[asyncio.Task] = set()
             self.phase = "sending"
             if s.schedule == "closed":
@@ -157,7 +199,7 @@ class Runner:
         feed = self.feeds[cam]
         self.inflight += 1
         try:
-            req = build_request(feed.spec, feed.window(k), feed.question(k), self.settings)
+            req = feed.request(k, self.settings)
             await send(client, url, req, rec, self.clock, self.settings.stream)
         except asyncio.CancelledError:
             rec.error_kind = "unfinished"
@@ -165,26 +207,49 @@ class Runner:
             rec.error_message = "still running when the run stopped"
         finally:
             self.inflight -= 1
+            if self.on_record is not None:
+                self.on_record(rec)
+
+    def _start(self, client, url, cam: int, k: int, rec: RequestRecord, tasks: set) -> asyncio.Task:
+        task = asyncio.create_task(self._send(client, url, cam, k, rec))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+        return task
+
+    async def _sleep_until(self, at_s: float) -> None:
+        # uvloop's timers have 1-ms resolution and may fire early: never send before the planned time
+        # (within 1 µs: a shorter sleep may return without the clock moving, e.g. in virtual time)
+        while self._sending and (delay := at_s - self.clock()) > 1e-6:
+            await asyncio.sleep(delay)
 
     async def _dispatch_all(self, client, url, arrivals, tasks: set) -> None:
         for a in arrivals:
-            # uvloop's timers have 1-ms resolution and may fire early: never send before the window ends
-            while (delay := a.at_s - self.clock()) > 0:
-                await asyncio.sleep(delay)
+            await self._sleep_until(a.at_s)
+            if not self._sending:
+                return
             rec = self._new_record(a.camera, a.k, a.at_s, a.at_s, a.deadline_s)
-            task = asyncio.create_task(self._send(client, url, a.camera, a.k, rec))
-            tasks.add(task)
-            task.add_done_callback(tasks.discard)
+            self._start(client, url, a.camera, a.k, rec, tasks)
+
+    def _more(self) -> bool:
+        s = self.settings
+        return self._sending and self.clock() < s.duration_s and len(self.records) < s.max_requests
 
     async def _worker(self, client, url, w: int, tasks: set) -> None:
-        cam = w % len(self.feeds)
-        k = w // len(self.feeds)
-        step = max(1, -(-(self.settings.concurrency or len(self.feeds)) // len(self.feeds)))
-        while self.clock() < self.settings.duration_s and len(self.records) < self.settings.max_requests:
-            now = self.clock()
-            rec = self._new_record(cam, k, now, now, self.feeds[cam].spec.window_s)
-            task = asyncio.create_task(self._send(client, url, cam, k, rec))
-            tasks.add(task)
-            task.add_done_callback(tasks.discard)
-            await asyncio.shield(task)
-            k += step
+        s = self.settings
+        n_cams = len(self.feeds)
+        n = s.concurrency or n_cams
+        pace_s = s.interval_s  # closed loop: a worker's minimum gap between sends (None: back to back)
+        next_s = phases(n, [pace_s] * n, s.stagger)[w] if pace_s else 0.0
+        q = w
+        while True:
+            cam, k = q % n_cams, q // n_cams
+            if pace_s:
+                await self._sleep_until(next_s)
+            if not (self._more() and self.feeds[cam].has(k)):
+                return
+            planned = next_s if pace_s else self.clock()
+            rec = self._new_record(cam, k, planned, planned, pace_s or self.feeds[cam].spec.window_s)
+            await asyncio.shield(self._start(client, url, cam, k, rec, tasks))
+            if pace_s:
+                next_s = max(next_s + pace_s, self.clock())
+            q += n

@@ -6,7 +6,8 @@
 * ``poisson``: open loop, exponential gaps with mean ``interval_s`` per camera
   (Poisson arrivals; the aggregate of N cameras is Poisson at N/interval_s).
 * ``closed``: closed loop, ``concurrency`` workers each send the next window as
-  soon as the previous answer arrives (no times are planned).
+  soon as the previous answer arrives (no times are planned); with ``interval_s``
+  a worker waits at least that long between sends (paced, phases as below).
 
 Phases spread cameras over one interval so a fleet does not fire at once
 (``uniform``: camera c at c·interval/N; ``random``: uniform random; ``none``: all at 0).

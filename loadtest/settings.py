@@ -53,7 +53,8 @@ class RunSettings(_Model):
     cameras: list[CameraSpec] = Field(..., min_length=1, description="The camera feeds.")
     schedule: Literal["realtime", "interval", "poisson", "closed"] = Field("realtime", description="Arrival model.")
     interval_s: float | None = Field(None, gt=0, description="interval/poisson: period / mean gap per camera "
-                                     "(None: each camera's window length).")
+                                     "(None: each camera's window length); closed: a worker's minimum gap "
+                                     "between sends (None: back to back).")
     concurrency: int | None = Field(None, ge=1, description="closed: requests in flight (None: one per camera).")
     stagger: Literal["uniform", "random", "none"] = Field("uniform", description="Camera phase spread.")
     seed: int = Field(0, description="Seed of random phases and Poisson gaps.")

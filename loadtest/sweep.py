@@ -3,21 +3,20 @@
 Each level is a full run (its own ``results.json``, CSV and plots under
 ``cameras-NNN/``). A level keeps up when p95 freshness ≤ the SLO, the error
 rate is under the limit and lag growth is under its limit
-(:func:`loadtest.metrics.verdict`). Levels run in increasing order and stop at
+(:func:`loadtest.statistics.verdict`). Levels run in increasing order and stop at
 the first failure (more cameras would only fail slower); with ``search`` the
 gap between the best pass and the first failure is then bisected. The answer
-(:func:`loadtest.metrics.sweep_decision`) is the "cameras per server" figure.
+(:func:`sweep_decision`) is the "cameras per server" figure.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from loadtest.metrics import next_search_level, sweep_decision
 from loadtest.report import RESULTS_JSON, now_iso
 from loadtest.settings import RunSettings
 
@@ -40,6 +39,42 @@ def parse_levels(text: str) -> list[int]:
     if not levels or levels[0] < 1:
         raise ValueError(f"--sweep camera counts must be ≥ 1 (got {text!r})")
     return levels
+
+
+def sweep_decision(levels: Sequence[tuple[int, bool]]) -> int | None:
+    """The "cameras per GPU" figure from a sweep.
+
+    Args:
+        levels: ``(cameras, keeps_up)`` for every level run, in any order.
+
+    Returns:
+        The largest camera count that kept up with every smaller tested count
+        also keeping up (a pass above a failure is treated as noise), or None
+        if even the smallest level failed.
+    """
+    best = None
+    for cams, passed in sorted(levels):
+        if not passed:
+            break
+        best = cams
+    return best
+
+
+def next_search_level(levels: Sequence[tuple[int, bool]]) -> int | None:
+    """Bisection step after a sweep list: the midpoint between the best pass and the first failure.
+
+    Returns:
+        A camera count not yet tried strictly between them, or None when they are adjacent
+        (or there is no failure, or no pass).
+    """
+    best = sweep_decision(levels)
+    fails = sorted(c for c, p in levels if not p and (best is None or c > best))
+    if best is None or not fails:
+        return None
+    lo, hi = best, fails[0]
+    if hi - lo <= 1:
+        return None
+    return (lo + hi) // 2
 
 
 async def run_sweep(

@@ -6,7 +6,8 @@ Run (CPU, outside CI; starts its own Ray + Serve)::
 
 Scenarios (the same functions the fault tests call, with the tests' generous bounds):
 
-* :func:`decoder_kill_run`: 4 cameras post clip windows back to back; one of two decode
+* :func:`decoder_kill_run`: 4 cameras post clip windows back to back (the load tester's closed
+  loop, :func:`loadtest.traffic.closed_loop`, in a thread of its own); one of two decode
   replicas is ``ray.kill``-ed; records which requests failed (status, when), when Serve had
   a replacement replica RUNNING, and the first success after the kill.
 * :func:`engine_death_run`: a request kills the model replica's engine (the scripted engine's
@@ -19,20 +20,25 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import sys
 import threading
 import time
 
 import httpx
 
-from serve_app.bench import local_serve
+from loadtest import traffic
+from loadtest.records import RequestRecord
+from loadtest.runner import Runner
+from loadtest.statistics import percentiles
+from serve_app.bench.result import command, machine, write_result
+from serve_app.testing import local_serve, replicas
 from serve_app.testing.engines import DIE_MARKER
 
 logger = logging.getLogger(__name__)
 
 SCRIPTED = "serve_app.testing.engines:scripted_engine"
 #: A camera's request: a 10-s window (40 frames of 420×756: the benchmark workload) and 4 tokens.
-CAMERA_FIELDS = {"question": "Is anyone in danger?", "start_s": 5, "end_s": 15, "max_tokens": 4}
+CAMERA_QUERY = traffic.ClipQuery(local_serve.CLIP, "Is anyone in danger?", start_s=5, end_s=15)
+CAMERA_MAX_TOKENS = 4
 
 
 def fault_app_args(**overrides) -> dict:
@@ -50,7 +56,8 @@ def fault_app_args(**overrides) -> dict:
 
 
 def decoder_kill_run(
-    url: str, app: str, *, cameras: int = 4, warmup_s: float = 6.0, after_s: float = 6.0, recovery_timeout_s: float = 60.0
+    url: str, app: str, *, cameras: int = 4, warmup_s: float = 6.0, after_s: float = 6.0,
+    recovery_timeout_s: float = 60.0,
 ) -> dict:
     """Kills one decode replica under a ``cameras``-camera load; returns what happened.
 
@@ -61,41 +68,43 @@ def decoder_kill_run(
         start_s, end_s, status, error; status 0 = client timeout), ``after_recovery``
         (requests started after the replacement: total and ok).
     """
-    stop = asyncio.Event()
-    outcomes: list[local_serve.Outcome] = []
-    loop_holder: dict = {}
+    held: dict = {}
+    records: list[RequestRecord] = []
+    started = threading.Event()
+
+    def keep(runner: Runner) -> None:
+        held.update(runner=runner, loop=asyncio.get_running_loop())
+        started.set()
 
     def run_load() -> None:
-        async def main():
-            loop_holder["loop"] = asyncio.get_running_loop()
-            outcomes.extend(
-                await local_serve.camera_load(url, cameras=cameras, duration_s=3600, fields=CAMERA_FIELDS,
-                                              timeout_s=recovery_timeout_s, stop=stop)
-            )
-        asyncio.run(main())
+        records.extend(asyncio.run(traffic.closed_loop(
+            url, CAMERA_QUERY, clients=cameras, duration_s=3600, max_tokens=CAMERA_MAX_TOKENS,
+            request_timeout_s=recovery_timeout_s, started=keep)))
 
-    t0 = time.monotonic()
     th = threading.Thread(target=run_load, daemon=True)
     th.start()
-    time.sleep(warmup_s)
-    before = local_serve.replica_actor_names(app, "VideoDecoder")
+    started.wait(timeout=30)
+    runner: Runner = held["runner"]
+    time.sleep(warmup_s)  # every time below is on the runner's clock: seconds since the load began
+    before = replicas.replica_actor_names(app, "VideoDecoder")
     target = len(before)
     victim = before[0]
-    kill_s = time.monotonic() - t0
-    local_serve.kill_replica(victim)
+    kill_s = runner.clock()
+    replicas.kill_replica(victim)
     logger.info("killed %s at %.1f s", victim, kill_s)
     replaced_s = None
-    while time.monotonic() - t0 - kill_s < recovery_timeout_s:
-        names = local_serve.replica_actor_names(app, "VideoDecoder")
-        if victim not in names and len(names) == target and local_serve.running_replicas(app, "VideoDecoder") == target:
-            replaced_s = time.monotonic() - t0
+    while runner.clock() - kill_s < recovery_timeout_s:
+        names = replicas.replica_actor_names(app, "VideoDecoder")
+        if victim not in names and len(names) == target and replicas.running_replicas(app, "VideoDecoder") == target:
+            replaced_s = runner.clock()
             break
         time.sleep(0.2)
     time.sleep(after_s)
-    loop_holder["loop"].call_soon_threadsafe(stop.set)
+    held["loop"].call_soon_threadsafe(runner.stop, True)  # stop sending; answers in flight are awaited
     th.join(timeout=recovery_timeout_s + 30)
-    oks_after_kill = [o.end_s for o in outcomes if o.status == 200 and o.end_s > kill_s]
-    after = [o for o in outcomes if replaced_s is not None and o.start_s > replaced_s]
+    ok = [r for r in records if r.status == 200]
+    oks_after_kill = [r.done_s for r in ok if r.done_s > kill_s]
+    after = [r for r in records if replaced_s is not None and r.sent_s > replaced_s]
     return {
         "cameras": cameras,
         "victim": victim,
@@ -103,15 +112,16 @@ def decoder_kill_run(
         "replaced_s": None if replaced_s is None else round(replaced_s, 2),
         "recovery_s": None if replaced_s is None else round(replaced_s - kill_s, 2),
         "first_success_after_kill_s": round(min(oks_after_kill) - kill_s, 2) if oks_after_kill else None,
-        "requests": len(outcomes),
-        "ok": sum(o.status == 200 for o in outcomes),
+        "requests": len(records),
+        "ok": len(ok),
         "failures": [
-            {"camera": o.camera, "start_s": round(o.start_s, 2), "end_s": round(o.end_s, 2), "status": o.status,
-             "error": o.error}
-            for o in outcomes if o.status != 200
+            {"camera": int(r.camera_id.removeprefix("cam-")), "start_s": round(r.sent_s, 2),
+             "end_s": None if r.done_s is None else round(r.done_s, 2), "status": r.status,
+             "error": r.error_type or r.error_kind}
+            for r in records if r.status != 200
         ],
-        "after_recovery": {"requests": len(after), "ok": sum(o.status == 200 for o in after)},
-        "latency_p50_s": local_serve.percentile([o.latency_s for o in outcomes if o.status == 200], 50),
+        "after_recovery": {"requests": len(after), "ok": sum(r.status == 200 for r in after)},
+        "latency_p50_s": percentiles([r.latency_ms / 1000 for r in ok], (50,))["p50"],
     }
 
 
@@ -167,8 +177,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--repeats", type=int, default=3, help="decoder kills to run (one after another)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO)
-    url = local_serve.start(args.port)
-    try:
+    with local_serve.running(args.port) as url:
         local_serve.deploy("fault", "/", fault_app_args())
         kills = []
         for i in range(args.repeats):
@@ -176,19 +185,17 @@ def main(argv: list[str] | None = None) -> None:
             logger.info("decoder kill %d: %s", i, kills[-1])
         death = engine_death_run(url)
         logger.info("engine death: %s", death)
-    finally:
-        local_serve.stop()
     recov = [k["recovery_s"] for k in kills if k["recovery_s"] is not None]
     result = {
         "bench": "fault",
-        "command": "python -m serve_app.bench.fault " + " ".join(sys.argv[1:] if argv is None else argv),
-        "machine": local_serve.machine(),
+        "command": command("serve_app.bench.fault", argv),
+        "machine": machine(),
         "setup": "CPU, real PyAV decoder (2 replicas), scripted weightless engine; 4 cameras, 10-s windows",
         "decoder_kill": kills,
         "decoder_recovery_s": {"min": min(recov, default=None), "max": max(recov, default=None)},
         "engine_death": death,
     }
-    print(local_serve.write_result(args.out, result))
+    print(write_result(args.out, result))
 
 
 if __name__ == "__main__":

@@ -13,6 +13,8 @@ application args, so the bounded queues measured are the shipped ones)::
 3. **Memory.** Summed RSS of the Serve processes (controller, proxy, replicas) every second
    through both phases.
 
+Traffic comes from the load tester (:mod:`loadtest.traffic`: its client, schedules and records).
+
 Every request uploads the test clip (multipart, 2.8 MB) and asks about a 10-s window (40 frames
 of 420×756) for ``--max-tokens`` tokens with ``ignore_eos``.
 """
@@ -22,206 +24,163 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
-import random
-import sys
 import time
+from collections import Counter
+from collections.abc import Sequence
 
-import httpx
-
-from serve_app.bench import local_serve
-from serve_app.config import load_serve_config
+from loadtest import traffic
+from loadtest.records import RequestRecord
+from loadtest.statistics import percentiles
+from serve_app.bench import harness
+from serve_app.bench.memory import RssSample, RssSampler, mib
+from serve_app.bench.result import command, machine, write_result
+from serve_app.testing import replicas
+from serve_app.testing.local_serve import CLIP
 
 logger = logging.getLogger(__name__)
 
+QUESTION = "Is anyone in danger?"
+#: The clip window every request asks about (s): 40 frames of 420×756.
+WINDOW_S = (5, 15)
+#: Client timeout per request (s).
+TIMEOUT_S = 300
+
 
 def request_fields(max_tokens: int) -> dict:
-    """Form fields of one bench request (a 10-s window, fixed output length)."""
-    return {"question": "Is anyone in danger?", "start_s": 5, "end_s": 15, "max_tokens": max_tokens, "ignore_eos": "true"}
+    """Form fields of one bench request (a 10-s window, fixed output length), as the result file states them."""
+    return {"question": QUESTION, "start_s": WINDOW_S[0], "end_s": WINDOW_S[1], "max_tokens": max_tokens,
+            "ignore_eos": "true"}
 
 
-class RssSampler:
-    """Samples :func:`local_serve.serve_rss_bytes` every ``period_s`` seconds in the background."""
-
-    def __init__(self, period_s: float = 1.0):
-        self.period_s = period_s
-        self.samples: list[tuple] = []  # (t_s, rss_bytes, processes, phase, 1-min load average, private_bytes)
-        self._t0 = time.monotonic()
-
-    async def run(self, stop: asyncio.Event, phase: list[str]) -> None:
-        """Samples until ``stop`` is set; ``phase[0]`` labels each sample."""
-        while not stop.is_set():
-            rss, private, n = await asyncio.to_thread(local_serve.serve_rss_bytes)
-            self.samples.append((round(time.monotonic() - self._t0, 1), rss, n, phase[0], os.getloadavg()[0], private))
-            try:
-                await asyncio.wait_for(stop.wait(), self.period_s)
-            except TimeoutError:
-                pass
+def latency_summary(latencies_s: Sequence[float]) -> dict:
+    """p50/p95/p99 and max of a list of seconds (3 decimals; None when empty)."""
+    top = round(max(latencies_s), 3) if latencies_s else None
+    return percentiles(latencies_s, (50, 95, 99), digits=3) | {"max": top}
 
 
-async def open_loop(url: str, rate_rps: float, duration_s: float, fields: dict, timeout_s: float) -> list[dict]:
-    """Poisson arrivals at ``rate_rps`` for ``duration_s``; every request's status and latency."""
-    data = local_serve.CLIP.read_bytes()
-    results: list[dict] = []
-    rng = random.Random(0)
-    async with httpx.AsyncClient(limits=httpx.Limits(max_connections=1024, max_keepalive_connections=64)) as client:
-
-        async def one(i: int) -> None:
-            t = time.monotonic()
-            status, err = 0, None
-            try:
-                r = await client.post(
-                    f"{url}/v1/video/query",
-                    files={"video": (local_serve.CLIP.name, data, "video/mp4")},
-                    data={k: str(v) for k, v in {**fields, "camera_id": f"cam-{i % 16}"}.items()},
-                    timeout=timeout_s,
-                )
-                status = r.status_code
-                if status != 200:
-                    err = r.json()["error"]["type"]
-                    if status == 503:
-                        assert r.headers.get("retry-after"), "503 without Retry-After"
-            except httpx.HTTPError as e:
-                err = type(e).__name__
-            results.append({"status": status, "latency_s": time.monotonic() - t, "error": err})
-
-        tasks = []
-        t0 = time.monotonic()
-        next_t = 0.0
-        i = 0
-        while next_t < duration_s:
-            delay = t0 + next_t - time.monotonic()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            tasks.append(asyncio.create_task(one(i)))
-            i += 1
-            next_t += rng.expovariate(rate_rps)
-        await asyncio.gather(*tasks)
-    return results
+def latency_s(r: RequestRecord) -> float:
+    """A finished request's latency in seconds."""
+    return r.latency_ms / 1000
 
 
-def summarize(results: list[dict]) -> dict:
+def summarize(records: Sequence[RequestRecord]) -> dict:
     """Counts by status and latency percentiles (s) of accepted (200) and rejected (503) requests."""
-    by_status: dict[str, int] = {}
-    for r in results:
-        by_status[str(r["status"])] = by_status.get(str(r["status"]), 0) + 1
-    ok = [r["latency_s"] for r in results if r["status"] == 200]
-    rej = [r["latency_s"] for r in results if r["status"] == 503]
+    done = [r for r in records if r.done_s is not None]
+    return {
+        "requests": len(records),
+        "by_status": dict(Counter(str(r.status) for r in records)),
+        "accepted_latency_s": latency_summary([latency_s(r) for r in done if r.status == 200]),
+        "rejected_latency_s": latency_summary([latency_s(r) for r in done if r.status == 503]),
+        "rejected_without_retry_after": sum(r.status == 503 and r.retry_after_s is None for r in records),
+    }
 
-    def pct(v):
-        return {f"p{q}": None if not v else round(local_serve.percentile(v, q), 3) for q in (50, 95, 99)} | {
-            "max": round(max(v), 3) if v else None}
 
-    return {"requests": len(results), "by_status": by_status, "accepted_latency_s": pct(ok), "rejected_latency_s": pct(rej)}
+def memory_summary(sampler: RssSampler, at_overload_end: list[dict]) -> dict:
+    """RSS by phase, the overload phase's growth over the capacity peak and its first/second-half maxima."""
+
+    def phase_rss(samples: list[RssSample]) -> dict | None:
+        if not samples:
+            return None
+        rss = [s.rss_bytes for s in samples]
+        private = [s.private_bytes for s in samples]
+        return {"first_mb": mib(rss[0]), "max_mb": mib(max(rss)), "last_mb": mib(rss[-1]),
+                "private_max_mb": mib(max(private)), "private_last_mb": mib(private[-1])}
+
+    def max_mb(samples: list[RssSample], private: bool = False) -> float | None:
+        return mib(max(s.private_bytes if private else s.rss_bytes for s in samples)) if samples else None
+
+    rss = sampler.samples
+    ov, cap = sampler.of_phase("overload"), sampler.of_phase("capacity")
+    half = len(ov) // 2
+    first, second = (ov[:half], ov[half:]) if half else ([], [])
+    return {
+        "serve_processes": rss[-1].processes if rss else None,
+        "by_phase": {p: phase_rss(sampler.of_phase(p)) for p in ("idle", "capacity", "overload", "after")},
+        "overload_growth_over_capacity_peak_pct": None if not (ov and cap) else round(
+            100 * (max(s.rss_bytes for s in ov) / max(s.rss_bytes for s in cap) - 1), 2),
+        # A trend check: a leak grows from the first to the second half of the overload phase.
+        "overload_first_half_max_mb": max_mb(first),
+        "overload_second_half_max_mb": max_mb(second),
+        "overload_private_first_half_max_mb": max_mb(first, private=True),
+        "overload_private_second_half_max_mb": max_mb(second, private=True),
+        "per_process_at_overload_end": at_overload_end,
+        "samples": [s.row() for s in rss],
+    }
 
 
 async def run(url: str, args) -> dict:
     """Both phases with the RSS sampler running; returns the result dict."""
     sampler = RssSampler()
     stop = asyncio.Event()
-    phase = ["idle"]
-    sampling = asyncio.create_task(sampler.run(stop, phase))
+    sampling = asyncio.create_task(sampler.run(stop))
+    query = traffic.ClipQuery(CLIP, QUESTION, *WINDOW_S)
+    options = {"max_tokens": args.max_tokens, "ignore_eos": True, "request_timeout_s": TIMEOUT_S}
     await asyncio.sleep(3)
-    phase[0] = "capacity"
+    sampler.phase = "capacity"
     t = time.monotonic()
-    closed = await local_serve.camera_load(
-        url, cameras=args.cameras, duration_s=args.capacity_s, fields=request_fields(args.max_tokens), timeout_s=300
-    )
+    closed = await traffic.closed_loop(url, query, clients=args.cameras, duration_s=args.capacity_s, **options)
     elapsed = time.monotonic() - t
-    ok = [o for o in closed if o.status == 200]
+    ok = [r for r in closed if r.ok]
     capacity = len(ok) / elapsed
     logger.info("capacity: %d ok in %.1f s = %.2f req/s", len(ok), elapsed, capacity)
-    phase[0] = "overload"
+    sampler.phase = "overload"
     offered = args.factor * capacity
     t = time.monotonic()
-    results = await open_loop(url, offered, args.overload_s, request_fields(args.max_tokens), timeout_s=300)
+    records = await traffic.open_loop(url, query, rate_rps=offered, duration_s=args.overload_s, **options)
     overload_elapsed = time.monotonic() - t
-    phase[0] = "after"
-    per_process_overload_end = await asyncio.to_thread(local_serve.serve_memory)
+    sampler.phase = "after"
+    at_overload_end = await asyncio.to_thread(replicas.serve_memory)
     await asyncio.sleep(5)
     stop.set()
     await sampling
-    rss = sampler.samples
-
-    def mb(b):
-        return round(b / 2**20, 1)
-
-    def phase_rss(name):
-        v = [s[1] for s in rss if s[3] == name]
-        p = [s[5] for s in rss if s[3] == name]
-        return {"first_mb": mb(v[0]), "max_mb": mb(max(v)), "last_mb": mb(v[-1]),
-                "private_max_mb": mb(max(p)), "private_last_mb": mb(p[-1])} if v else None
-
-    summary = summarize(results)
+    summary = summarize(records)
     # Until the last answer (requests admitted near the end finish after the arrivals stop).
     summary["goodput_rps"] = round(summary["by_status"].get("200", 0) / overload_elapsed, 3)
-    ov = [s for s in rss if s[3] == "overload"]
-    half = len(ov) // 2
     return {
         "capacity": {
             "cameras": args.cameras, "duration_s": round(elapsed, 1), "ok": len(ok), "requests": len(closed),
             "rps": round(capacity, 3),
-            "latency_p50_s": local_serve.percentile([o.latency_s for o in ok], 50),
+            "latency_p50_s": percentiles([latency_s(r) for r in ok], (50,))["p50"],
         },
         "overload": {"factor": args.factor, "offered_rps": round(offered, 3), "duration_s": args.overload_s, **summary},
-        "memory": {
-            "serve_processes": rss[-1][2] if rss else None,
-            "by_phase": {p: phase_rss(p) for p in ("idle", "capacity", "overload", "after")},
-            "overload_growth_over_capacity_peak_pct": None if not rss else round(
-                100 * (max(s[1] for s in rss if s[3] == "overload") / max(s[1] for s in rss if s[3] == "capacity") - 1), 2),
-            # A trend check: a leak grows from the first to the second half of the overload phase.
-            "overload_first_half_max_mb": mb(max(s[1] for s in ov[:half])) if half else None,
-            "overload_second_half_max_mb": mb(max(s[1] for s in ov[half:])) if half else None,
-            "overload_private_first_half_max_mb": mb(max(s[5] for s in ov[:half])) if half else None,
-            "overload_private_second_half_max_mb": mb(max(s[5] for s in ov[half:])) if half else None,
-            "per_process_at_overload_end": per_process_overload_end,
-            "samples": [{"t_s": s[0], "rss_mb": mb(s[1]), "private_mb": mb(s[5]), "processes": s[2], "phase": s[3],
-                         "loadavg_1m": s[4]}
-                        for s in rss],
-        },
+        "memory": memory_summary(sampler, at_overload_end),
     }
 
 
 def main(argv: list[str] | None = None) -> None:
     """Command line: starts Serve with configs/cpu.yaml's app args, runs both phases, writes JSON."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--config", default="configs/cpu.yaml")
-    ap.add_argument("--out", default="results/overload-cpu.json")
-    ap.add_argument("--port", type=int, default=8433)
-    ap.add_argument("--cameras", type=int, default=4)
+    harness.add_serve_options(ap, port=8433, out="results/overload-cpu.json")
     ap.add_argument("--capacity-s", type=float, default=60)
     ap.add_argument("--overload-s", type=float, default=90)
     ap.add_argument("--factor", type=float, default=4.0)
     ap.add_argument("--max-tokens", type=int, default=16)
-    ap.add_argument("--object-store-mb", type=int, default=2048,
-                    help="Ray object store size (MiB); 0: Ray's default (30%% of RAM)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO)
-    app = load_serve_config(args.config)["applications"][0]
-    url = local_serve.start(args.port, object_store_mb=args.object_store_mb or None)
-    try:
-        local_serve.deploy("overload", "/", app["args"])
+    app = harness.app_of(args.config)
+    with harness.serving(args, "overload") as url:
         result = asyncio.run(run(url, args))
-    finally:
-        local_serve.stop()
     ov = result["overload"]
     result = {
         "bench": "overload",
-        "command": "python -m serve_app.bench.overload " + " ".join(sys.argv[1:] if argv is None else argv),
-        "machine": local_serve.machine(),
+        "command": command("serve_app.bench.overload", argv),
+        "machine": machine(),
         "config": args.config,
-        "object_store_mb": args.object_store_mb or "ray default (30% of RAM)",
+        "object_store_mb": harness.object_store(args),
         "limits": {k: app["args"][k] for k in ("decoder", "model_replica", "ingress")},
-        "request": request_fields(args.max_tokens) | {"upload_bytes": local_serve.CLIP.stat().st_size},
-        "goal": {"rejected_p99_s_below": 1.0, "memory": "bounded (no growth trend under overload)"},
+        "request": request_fields(args.max_tokens) | {"upload_bytes": CLIP.stat().st_size},
+        "goal": {"rejected_p99_s_below": 1.0, "memory": "bounded (no growth trend under overload)",
+                 "every_503_has_retry_after": True},
         "verdict": {
             "rejected_p99_s": ov["rejected_latency_s"]["p99"],
-            "rejected_p99_below_1s": ov["rejected_latency_s"]["p99"] is not None and ov["rejected_latency_s"]["p99"] < 1.0,
+            "rejected_p99_below_1s": (ov["rejected_latency_s"]["p99"] is not None
+                                      and ov["rejected_latency_s"]["p99"] < 1.0),
             "client_timeouts_or_errors": ov["by_status"].get("0", 0),
+            "rejected_without_retry_after": ov["rejected_without_retry_after"],
         },
         **result,
     }
-    print(local_serve.write_result(args.out, result))
+    print(write_result(args.out, result))
 
 
 if __name__ == "__main__":

@@ -7,8 +7,9 @@ Run from the project root (CPU, outside CI; starts its own Ray + Serve with
 
 Each of ``--cameras`` cameras sends one clip every ``--period-s`` seconds (a camera cutting its
 stream into windows; starts staggered; a request that outlasts the period delays the next one,
-never overlaps it). A request uploads the test clip (2.8 MB) and asks about a 10-s window
-(40 frames of 420×756) for 16 tokens with ``ignore_eos``.
+never overlaps it: the load tester's paced closed loop, :func:`loadtest.traffic.paced`).
+A request uploads the test clip (2.8 MB) and asks about a 10-s window (40 frames of 420×756)
+for 16 tokens with ``ignore_eos``.
 
 Every ``--sample-s`` seconds the summed RSS of the Serve processes (controller, proxy,
 replicas) is sampled; each minute gets its request count, errors and latency percentiles.
@@ -24,39 +25,54 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
-import sys
 import time
+from collections.abc import Sequence
 
-import httpx
-
-from serve_app.bench import local_serve
-from serve_app.config import load_serve_config
+from loadtest import traffic
+from loadtest.records import RequestRecord
+from loadtest.runner import Runner
+from loadtest.statistics import percentiles
+from serve_app.bench import harness
+from serve_app.bench.memory import RssSample, RssSampler, mib
+from serve_app.bench.result import command, machine, write_result
+from serve_app.testing import replicas
+from serve_app.testing.local_serve import CLIP
 
 logger = logging.getLogger(__name__)
 
 FIELDS = {"question": "Is anyone in danger?", "start_s": 5, "end_s": 15, "max_tokens": 16, "ignore_eos": "true"}
 GOAL_RSS_GROWTH_PCT = 5.0
+#: Client timeout per request (s).
+TIMEOUT_S = 300
 
 
-def minute_stats(outcomes: list[dict], rss: list[tuple], duration_s: float) -> list[dict]:
+def outcome(r: RequestRecord) -> dict:
+    """A request as the result file lists it: camera, start/end (s since the soak began), latency, status, error."""
+    end = r.done_s if r.done_s is not None else r.stopped_s
+    error = None if r.ok else ": ".join(x for x in (r.error_type or r.error_kind, r.error_message) if x)
+    return {"camera": r.camera_id, "start_s": round(r.sent_s, 2), "end_s": None if end is None else round(end, 2),
+            "latency_s": None if end is None else round(end - r.sent_s, 3), "status": r.status, "error": error}
+
+
+def minute_stats(outcomes: list[dict], rss: Sequence[RssSample], duration_s: float) -> list[dict]:
     """Per-minute requests, errors, latency p50/p95 (s) and mean RSS (MiB)."""
     rows = []
     for m in range(int(duration_s // 60)):
         lo, hi = m * 60, (m + 1) * 60
-        done = [o for o in outcomes if lo <= o["end_s"] < hi]
+        done = [o for o in outcomes if o["end_s"] is not None and lo <= o["end_s"] < hi]
         ok = [o["latency_s"] for o in done if o["status"] == 200]
-        mem = [r[1] for r in rss if lo <= r[0] < hi]
-        priv = [r[4] for r in rss if lo <= r[0] < hi]
+        mem = [r.rss_bytes for r in rss if lo <= r.t_s < hi]
+        priv = [r.private_bytes for r in rss if lo <= r.t_s < hi]
+        p = percentiles(ok, (50, 95), digits=3)
         rows.append({
             "minute": m,
             "requests": len(done),
             "errors": len(done) - len(ok),
-            "latency_p50_s": None if not ok else round(local_serve.percentile(ok, 50), 3),
-            "latency_p95_s": None if not ok else round(local_serve.percentile(ok, 95), 3),
-            "rss_mean_mb": None if not mem else round(sum(mem) / len(mem) / 2**20, 1),
-            "rss_max_mb": None if not mem else round(max(mem) / 2**20, 1),
-            "private_mean_mb": None if not priv else round(sum(priv) / len(priv) / 2**20, 1),
+            "latency_p50_s": p["p50"],
+            "latency_p95_s": p["p95"],
+            "rss_mean_mb": None if not mem else mib(sum(mem) / len(mem)),
+            "rss_max_mb": None if not mem else mib(max(mem)),
+            "private_mean_mb": None if not priv else mib(sum(priv) / len(priv)),
         })
     return rows
 
@@ -87,102 +103,74 @@ def verdict(rows: list[dict], warmup_min: int, outcomes: list[dict]) -> dict:
 
 async def soak(url: str, args, write) -> None:
     """Runs the cameras and the sampler; calls ``write(outcomes, rss, elapsed_s)`` every minute."""
-    data = local_serve.CLIP.read_bytes()
-    outcomes: list[dict] = []
-    rss: list[tuple] = []  # (t_s, rss_bytes, processes, 1-min load average, private_bytes)
+    held: list[Runner] = []
     t0 = time.monotonic()
-    end = t0 + args.duration_min * 60
+    last_write = [t0]
 
-    async def camera(i: int, client: httpx.AsyncClient) -> None:
-        next_t = t0 + i * args.period_s / args.cameras
-        while True:
-            await asyncio.sleep(max(0.0, next_t - time.monotonic()))
-            if time.monotonic() >= end:
-                return
-            start = time.monotonic()
-            status, err = 0, None
-            try:
-                r = await client.post(
-                    f"{url}/v1/video/query",
-                    files={"video": (local_serve.CLIP.name, data, "video/mp4")},
-                    data={**{k: str(v) for k, v in FIELDS.items()}, "camera_id": f"cam-{i}"},
-                    timeout=300,
-                )
-                status = r.status_code
-                if status != 200:
-                    err = r.text[:300]
-            except httpx.HTTPError as e:
-                err = type(e).__name__
-            now = time.monotonic()
-            outcomes.append({"camera": i, "start_s": round(start - t0, 2), "end_s": round(now - t0, 2),
-                             "latency_s": round(now - start, 3), "status": status, "error": err})
-            if err:
-                logger.warning("camera %d: %s %s", i, status, err)
-            next_t = max(next_t + args.period_s, now)
+    def finished(records: Sequence[RequestRecord]) -> list[dict]:
+        return [outcome(r) for r in records if r.done_s is not None or r.stopped_s is not None]
 
-    async def sampler() -> None:
-        last_write = time.monotonic()
-        while time.monotonic() < end + 5:
-            b, private, n = await asyncio.to_thread(local_serve.serve_rss_bytes)
-            rss.append((round(time.monotonic() - t0, 1), b, n, os.getloadavg()[0], private))
-            if time.monotonic() - last_write >= 60:
-                write(outcomes, rss, time.monotonic() - t0)
-                last_write = time.monotonic()
-            await asyncio.sleep(args.sample_s)
+    def on_sample(_: RssSample) -> None:
+        if time.monotonic() - last_write[0] >= 60 and held:
+            write(finished(held[0].records), sampler.samples, time.monotonic() - t0)
+            last_write[0] = time.monotonic()
 
-    async with httpx.AsyncClient(limits=httpx.Limits(max_connections=args.cameras + 4)) as client:
-        await asyncio.gather(sampler(), *(camera(i, client) for i in range(args.cameras)))
-    write(outcomes, rss, time.monotonic() - t0)
+    def on_record(r: RequestRecord) -> None:
+        if not r.ok:
+            logger.warning("%s: %s %s", r.camera_id, r.status, outcome(r)["error"])
+
+    sampler = RssSampler(args.sample_s, on_sample=on_sample)
+    sampler.phase = "soak"
+    stop = asyncio.Event()
+    sampling = asyncio.create_task(sampler.run(stop))
+    records = await traffic.paced(
+        url, traffic.ClipQuery(CLIP, FIELDS["question"], FIELDS["start_s"], FIELDS["end_s"]),
+        cameras=args.cameras, period_s=args.period_s, duration_s=args.duration_min * 60,
+        max_tokens=FIELDS["max_tokens"], ignore_eos=True, request_timeout_s=TIMEOUT_S,
+        started=held.append, on_record=on_record,
+    )
+    await asyncio.sleep(max(0.0, t0 + args.duration_min * 60 + 5 - time.monotonic()))
+    stop.set()
+    await sampling
+    write(finished(records), sampler.samples, time.monotonic() - t0)
 
 
 def main(argv: list[str] | None = None) -> None:
     """Command line: starts Serve with configs/cpu.yaml's app args and soaks it."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--config", default="configs/cpu.yaml")
-    ap.add_argument("--out", default="results/soak-cpu.json")
-    ap.add_argument("--port", type=int, default=8434)
-    ap.add_argument("--cameras", type=int, default=4)
+    harness.add_serve_options(ap, port=8434, out="results/soak-cpu.json")
     ap.add_argument("--period-s", type=float, default=10.0, help="seconds between one camera's clips")
     ap.add_argument("--duration-min", type=float, default=30)
     ap.add_argument("--warmup-min", type=int, default=5)
     ap.add_argument("--sample-s", type=float, default=10.0)
-    ap.add_argument("--object-store-mb", type=int, default=2048,
-                    help="Ray object store size (MiB); 0: Ray's default (30%% of RAM)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO)
-    app = load_serve_config(args.config)["applications"][0]
     header = {
         "bench": "soak",
-        "command": "python -m serve_app.bench.soak " + " ".join(sys.argv[1:] if argv is None else argv),
-        "machine": local_serve.machine(),
+        "command": command("serve_app.bench.soak", argv),
+        "machine": machine(),
         "config": args.config,
-        "object_store_mb": args.object_store_mb or "ray default (30% of RAM)",
+        "object_store_mb": harness.object_store(args),
         "scenario": {"cameras": args.cameras, "period_s": args.period_s, "duration_min": args.duration_min,
-                     "warmup_min": args.warmup_min, "request": FIELDS,
-                     "upload_bytes": local_serve.CLIP.stat().st_size},
+                     "warmup_min": args.warmup_min, "request": FIELDS, "upload_bytes": CLIP.stat().st_size},
     }
 
-    def write(outcomes, rss, elapsed_s):
+    def write(outcomes: list[dict], rss: list[RssSample], elapsed_s: float) -> None:
         rows = minute_stats(outcomes, rss, elapsed_s)
-        local_serve.write_result(args.out, {
+        write_result(args.out, {
             **header,
             "elapsed_s": round(elapsed_s, 1),
             "complete": elapsed_s >= args.duration_min * 60,
             "verdict": verdict(rows, args.warmup_min, outcomes),
-            "serve_processes": rss[-1][2] if rss else None,
-            "per_process": local_serve.serve_memory(),
+            "serve_processes": rss[-1].processes if rss else None,
+            "per_process": replicas.serve_memory(),
             "minutes": rows,
             "errors": [o for o in outcomes if o["status"] != 200][:50],
-            "rss_samples": [{"t_s": t, "rss_mb": round(b / 2**20, 1), "private_mb": round(p / 2**20, 1),
-                             "processes": n, "loadavg_1m": la} for t, b, n, la, p in rss],
+            "rss_samples": [r.row() for r in rss],
         })
 
-    url = local_serve.start(args.port, object_store_mb=args.object_store_mb or None)
-    try:
-        local_serve.deploy("soak", "/", app["args"])
+    with harness.serving(args, "soak") as url:
         asyncio.run(soak(url, args, write))
-    finally:
-        local_serve.stop()
     print(args.out)
 
 

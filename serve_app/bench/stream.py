@@ -8,7 +8,8 @@ engine (``serve_app.testing.engines:scripted_engine``, 100 tokens/s per
 request) so only the Serve path is measured: ``--inflight`` streams of
 ``--tokens`` tokens, once per ``stream_interval_ms`` value, recording wall
 time, delivered tokens/s and the CPU seconds of each Serve process kind
-(model replica, ingress, proxy) per 1,000 tokens.
+(model replica, ingress, proxy) per 1,000 tokens. The streams are a
+:func:`loadtest.traffic.batch` (the load tester's client and records).
 
     python -m serve_app.bench.stream --out results/stream_cpu.json
 """
@@ -17,16 +18,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import os
-import platform
-import sys
 import time
-from pathlib import Path
 
-import httpx
+from ray import serve
 
-from serve_app.bench import local_serve
+from loadtest import traffic
+from serve_app.bench.result import command, machine, write_result
+from serve_app.testing import local_serve, replicas
 
 
 def _cpu_by_kind(procs) -> dict[str, float]:
@@ -37,41 +35,33 @@ def _cpu_by_kind(procs) -> dict[str, float]:
             t = p.cpu_times()
         except Exception:  # noqa: BLE001 - a process that went away
             continue
-        kind = next((k for k in ("VideoModel", "Ingress", "VideoDecoder", "ProxyActor", "ServeController") if k in title), "other")
+        kinds = ("VideoModel", "Ingress", "VideoDecoder", "ProxyActor", "ServeController")
+        kind = next((k for k in kinds if k in title), "other")
         out[kind] = out.get(kind, 0.0) + t.user + t.system
     return out
 
 
 async def _streams(url: str, n: int, tokens: int) -> tuple[float, int, list[int]]:
-    limits = httpx.Limits(max_connections=n + 8, max_keepalive_connections=n + 8)
-    body = {"question": "q", "video_path": local_serve.CLIP.name, "end_s": 0.5, "max_tokens": tokens,
-            "ignore_eos": True, "stream": True}
-    events: list[int] = []
-    got = 0
-    async with httpx.AsyncClient(timeout=300, limits=limits) as client:
+    """``n`` streams of ``tokens`` tokens at once; (wall s, completion tokens, delta events per stream).
 
-        async def one():
-            nonlocal got
-            count = 0
-            async with client.stream("POST", f"{url}/v1/video/query", json=body) as r:
-                r.raise_for_status()
-                async for line in r.aiter_lines():
-                    if line.startswith("data: ") and '"delta"' in line:
-                        count += 1
-                    if line.startswith("data: ") and '"done"' in line:
-                        got += json.loads(line[6:])["usage"]["completion_tokens"]
-            events.append(count)
-
-        t0 = time.perf_counter()
-        await asyncio.gather(*(one() for _ in range(n)))
-    return time.perf_counter() - t0, got, events
+    Raises:
+        RuntimeError: a stream failed.
+    """
+    query = traffic.ClipQuery(local_serve.CLIP, "q", end_s=0.5, upload=False)
+    t0 = time.perf_counter()
+    records = await traffic.batch(url, [query] * n, max_tokens=tokens, ignore_eos=True, stream=True,
+                                  request_timeout_s=300)
+    wall = time.perf_counter() - t0
+    failed = [r for r in records if not r.ok]
+    if failed:
+        raise RuntimeError(f"{len(failed)} of {n} streams failed, e.g. {failed[0].status} {failed[0].error_message}")
+    return wall, sum(r.completion_tokens or 0 for r in records), [r.delta_events for r in records]
 
 
-def run(intervals_ms: list[float], inflight: int, tokens: int, port: int) -> dict:
+def run(intervals_ms: list[float], inflight: int, tokens: int, port: int, argv: list[str] | None = None) -> dict:
     """Runs the bench for each interval; returns the result document."""
-    url = local_serve.start(port)
     results = []
-    try:
+    with local_serve.running(port) as url:
         for interval in intervals_ms:
             name = f"stream{int(interval)}"
             args = local_serve.cpu_args(
@@ -83,7 +73,7 @@ def run(intervals_ms: list[float], inflight: int, tokens: int, port: int) -> dic
             )
             local_serve.deploy(name, f"/{name}", args)
             asyncio.run(_streams(f"{url}/{name}", 4, 8))  # warm-up
-            procs = local_serve.serve_processes()
+            procs = replicas.serve_processes()
             before = _cpu_by_kind(procs)
             wall, got, events = asyncio.run(_streams(f"{url}/{name}", inflight, tokens))
             after = _cpu_by_kind(procs)
@@ -98,15 +88,10 @@ def run(intervals_ms: list[float], inflight: int, tokens: int, port: int) -> dic
                 "cpu_s": cpu,
                 "cpu_ms_per_1000_tokens": {k: round(v / got * 1e6, 1) for k, v in cpu.items() if got},
             })
-            from ray import serve
-
             serve.delete(name)
-    finally:
-        local_serve.stop()
     return {
-        "command": "python -m serve_app.bench.stream " + " ".join(sys.argv[1:]),
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                    "load_average_1_5_15": [round(x, 2) for x in os.getloadavg()]},
+        "command": command("serve_app.bench.stream", argv),
+        "machine": machine(),
         "engine": "serve_app.testing.engines:scripted_engine (no model; 10 ms per token per request)",
         "inflight": inflight, "tokens_per_request": tokens, "runs": results,
     }
@@ -121,9 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--port", type=int, default=8473)
     p.add_argument("--out", default="results/stream_cpu.json")
     a = p.parse_args(argv)
-    doc = run([float(x) for x in a.intervals_ms.split(",")], a.inflight, a.tokens, a.port)
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(doc, indent=2))
+    doc = run([float(x) for x in a.intervals_ms.split(",")], a.inflight, a.tokens, a.port, argv)
+    write_result(a.out, doc)
     for r in doc["runs"]:
         print(f"interval {r['stream_interval_ms']:>4} ms: {r['wall_s']:.2f} s (ideal {r['ideal_wall_s']}), "
               f"{r['tokens_per_s']:.0f} tok/s, CPU ms/1000 tok {r['cpu_ms_per_1000_tokens']}")

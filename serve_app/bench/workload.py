@@ -14,8 +14,7 @@ import dataclasses
 import statistics
 from pathlib import Path
 
-import numpy as np
-
+from loadtest import statistics as stats
 from serve_app.config import DecodeConfig, LimitsConfig
 from serve_app.decoder import DecodedClip, SampleRequest, decode_clip
 from serve_app.model_facts import DEFAULT_SYSTEM_PROMPT
@@ -58,14 +57,7 @@ def decode_window(w: Window) -> DecodedClip:
                        DecodeConfig(), LimitsConfig())
 
 
-def percentiles(values: list[float], qs=(50, 95)) -> dict[str, float | None]:
-    """``{"p50": …, "p95": …}`` of ``values`` (linear interpolation), None when empty."""
-    if not values:
-        return {f"p{q}": None for q in qs}
-    arr = np.asarray(values, dtype=float)
-    return {f"p{q}": round(float(np.percentile(arr, q)), 4) for q in qs}
-
-
 def summary(latencies_s: list[float]) -> dict:
-    """Mean and percentiles of a list of seconds."""
-    return {"mean": round(statistics.fmean(latencies_s), 4) if latencies_s else None, **percentiles(latencies_s)}
+    """Mean, p50 and p95 of a list of seconds, 4 decimals (:func:`loadtest.statistics.percentiles`)."""
+    return {"mean": round(statistics.fmean(latencies_s), 4) if latencies_s else None,
+            **stats.percentiles(latencies_s, (50, 95), digits=4)}

@@ -13,7 +13,7 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import numpy as np
 import pytest
-from conftest import DATA, cpu_app_args, deploy
+from serve_app.testing.local_serve import DATA, cpu_app_args, deploy
 from fake_camera import FakeCamera
 
 pytestmark = pytest.mark.integration

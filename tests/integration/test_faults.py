@@ -9,8 +9,8 @@ import httpx
 import pytest
 
 from serve_app.bench import fault
-from serve_app.bench.local_serve import cpu_args as cpu_app_args
-from serve_app.bench.local_serve import deploy
+from serve_app.testing.local_serve import cpu_args as cpu_app_args
+from serve_app.testing.local_serve import deploy
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from loadtest.__main__ import main
-from loadtest.metrics import Criteria, summarize
+from loadtest.statistics import Criteria, summarize
 from loadtest.report import read_csv
 
 pytestmark = pytest.mark.integration

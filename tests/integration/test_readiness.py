@@ -12,8 +12,8 @@ import httpx
 import pytest
 
 from serve_app.bench import fault
-from serve_app.bench.local_serve import deploy
 from serve_app.testing.engines import DIE_MARKER
+from serve_app.testing.local_serve import deploy
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -8,10 +8,7 @@ import re
 import httpx
 import pytest
 
-try:  # the local-Serve helpers' home (moved from serve_app.bench by the measurement-toolkit work)
-    from serve_app.testing.local_serve import deploy
-except ImportError:  # pragma: no cover - before that move
-    from serve_app.bench.local_serve import deploy
+from serve_app.testing.local_serve import deploy
 
 pytestmark = pytest.mark.integration
 

@@ -7,15 +7,11 @@ import httpx
 import openai
 import pytest
 
-from serve_app.bench.local_serve import cpu_args as cpu_app_args
-from serve_app.bench.local_serve import deploy
 from serve_app.sources import ClipSource
+from serve_app.testing.local_serve import TEST_API_KEY_ENV, deploy
+from serve_app.testing.local_serve import cpu_args as cpu_app_args
 
 pytestmark = pytest.mark.integration
-
-#: = tests/conftest.py TEST_API_KEY_ENV (set before Ray starts; `from conftest import` is ambiguous
-#: since tests/gpu has its own conftest).
-TEST_API_KEY_ENV = "COSMOS_SERVE_TEST_API_KEY"
 
 MODEL = "tiny-random-qwen2_5_vl"
 

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from loadtest.camera import Window
 from loadtest.client import build_request, parse_sse_line, send
-from loadtest.metrics import RequestRecord
+from loadtest.records import RequestRecord
 from loadtest.runner import Feed, Runner
 from loadtest.settings import (
     CameraSpec,
@@ -24,6 +24,7 @@ from loadtest.settings import (
     make_cameras,
 )
 from serve_app.config import AppConfig
+from serve_app.testing.clock import run_virtual
 
 pytestmark = pytest.mark.unit
 
@@ -136,53 +137,115 @@ def test_non_streaming_response_body():
     assert rec.ok and rec.first_token_s is None and rec.completion_tokens == 3
 
 
-def run_against(handler, **kw):
+def run_against(handler, feeds=None, stop_at_s=None, **kw):
+    """Runs the runner against ``handler`` in virtual time: sleeps in the handler and the schedule
+    take no wall time, and every time the records hold is exact."""
     s = settings(**kw)
-    feeds = [Feed(c, (WINDOW,)) for c in s.cameras]
+    feeds = feeds or [Feed(c, (WINDOW,)) for c in s.cameras]
 
     def factory(st):
         return httpx.AsyncClient(transport=httpx.MockTransport(handler), base_url="http://t")
 
-    return asyncio.run(Runner(s, feeds, client_factory=factory).run())
+    async def main():
+        runner = Runner(s, feeds, client_factory=factory, clock=asyncio.get_running_loop().time)
+        if stop_at_s is not None:
+            asyncio.get_running_loop().call_later(stop_at_s, runner.stop, True)
+        return await runner.run()
+
+    return run_virtual(main())
+
+
+def answer_after(delay_s: float, log: list | None = None):
+    """A handler that answers a stream after ``delay_s`` (virtual) seconds, logging (send time, in flight)."""
+    inflight = [0]
+
+    async def handler(request):
+        inflight[0] += 1
+        if log is not None:
+            log.append((asyncio.get_running_loop().time(), inflight[0]))
+        await asyncio.sleep(delay_s)
+        inflight[0] -= 1
+        return httpx.Response(200, content=sse({"type": "delta", "text": "a"}, DONE, "[DONE]"))
+
+    return handler
 
 
 def test_the_runner_sends_every_planned_window_and_stops_by_itself():
-    async def handler(request):
-        return httpx.Response(200, content=sse({"type": "delta", "text": "a"}, DONE, "[DONE]"))
-
     cams = make_cameras(3, ["/clips/a.mp4"], window_s=0.2)
-    recs = run_against(handler, cameras=cams, duration_s=0.6, warmup_s=0.2)
+    recs = run_against(answer_after(0.05), cameras=cams, duration_s=0.6, warmup_s=0.2)
     assert len(recs) == 9 and all(r.ok for r in recs)  # 3 cameras × windows at phase, +0.2, +0.4 s
     assert sorted({r.camera_id for r in recs}) == ["cam-0", "cam-1", "cam-2"]
     assert [r.warmup for r in recs[:3]] == [True, True, True] and not any(r.warmup for r in recs[3:])
-    capped = run_against(handler, cameras=cams, duration_s=0.6, max_requests=4)
+    # uniform phases 0, 0.2/3, 0.4/3 s; sent on time; answered 50 ms later
+    assert [round(r.scheduled_s, 4) for r in recs[:3]] == [0.0, 0.0667, 0.1333]
+    assert all(r.lag_ms == pytest.approx(0, abs=1e-6) for r in recs)
+    assert all(r.latency_ms == pytest.approx(50) and r.delta_events == 1 for r in recs)
+    capped = run_against(answer_after(0.05), cameras=cams, duration_s=0.6, max_requests=4)
     assert len(capped) == 4
 
 
 def test_answers_still_running_after_the_drain_are_recorded_unfinished():
-    async def handler(request):
-        await asyncio.sleep(30)
-        return httpx.Response(200)
-
-    recs = run_against(handler, duration_s=0.1, drain_s=0.3)
+    recs = run_against(answer_after(30), duration_s=0.1, drain_s=0.3)
     assert len(recs) == 1 and recs[0].error_kind == "unfinished"
-    assert recs[0].stopped_s >= 0.3 and recs[0].freshness_s >= 0.3 and recs[0].missed
+    assert recs[0].stopped_s == pytest.approx(0.4) and recs[0].freshness_s == pytest.approx(0.4) and recs[0].missed
 
 
 def test_closed_loop_keeps_concurrency_requests_in_flight():
-    inflight, peak = 0, 0
+    log = []
+    recs = run_against(answer_after(0.05, log), cameras=make_cameras(2), schedule="closed", concurrency=3,
+                       duration_s=0.52)
+    assert max(n for _, n in log) == 3 and all(r.ok for r in recs)
+    assert len(recs) == 33  # 3 workers × sends at 0, 0.05, …, 0.5 s (one 50-ms answer after another)
+    assert all(r.freshness_s == pytest.approx(r.latency_ms / 1000) for r in recs)  # no real-time pacing
+    # worker w sends requests w, w + 3, …: camera q mod 2 → both cameras get a fair share
+    assert [r.camera_id for r in recs].count("cam-0") in (16, 17)
 
-    async def handler(request):
-        nonlocal inflight, peak
-        inflight += 1
-        peak = max(peak, inflight)
-        await asyncio.sleep(0.05)
-        inflight -= 1
-        return httpx.Response(200, content=sse(DONE, "[DONE]"))
 
-    recs = run_against(handler, cameras=make_cameras(2), schedule="closed", concurrency=3, duration_s=0.5)
-    assert peak == 3 and len(recs) >= 9 and all(r.ok for r in recs)
-    assert all(r.freshness_s == pytest.approx(r.latency_ms / 1000, abs=0.01) for r in recs)  # no real-time pacing
+def test_a_paced_closed_loop_never_overlaps_a_cameras_requests():
+    log = []
+    # answers take 0.3 s, longer than the 0.2-s period: each camera's next request waits for its answer
+    recs = run_against(answer_after(0.3, log), cameras=make_cameras(2), schedule="closed", interval_s=0.2,
+                       duration_s=0.95)
+    by_cam = {c: [r for r in recs if r.camera_id == c] for c in ("cam-0", "cam-1")}
+    assert [round(r.sent_s, 3) for r in by_cam["cam-0"]] == [0.0, 0.3, 0.6, 0.9]
+    assert [round(r.sent_s, 3) for r in by_cam["cam-1"]] == [0.1, 0.4, 0.7]  # staggered by half a period
+    assert max(n for _, n in log) == 2 and all(r.ok for r in recs)
+    fast = run_against(answer_after(0.05), cameras=make_cameras(1), schedule="closed", interval_s=0.2,
+                       duration_s=0.95)
+    assert [round(r.sent_s, 3) for r in fast] == [0.0, 0.2, 0.4, 0.6, 0.8]  # answered early: on the period
+
+
+def test_a_fixed_batch_sends_each_window_once_with_bounded_concurrency():
+    log = []
+    windows = tuple(Window(i, 0.0, 10.0, float(i), float(i) + 10, b"mp4") for i in range(5))
+    cams = [CameraSpec(id="batch", source="/clips/a.mp4")]
+    recs = run_against(answer_after(1.0, log), feeds=[Feed(cams[0], windows, cycle=False)], cameras=cams,
+                       schedule="closed", concurrency=2, duration_s=3600)
+    assert sorted(r.window_index for r in recs) == [0, 1, 2, 3, 4]
+    assert max(n for _, n in log) == 2 and [round(t, 6) for t, _ in log] == [0.0, 0.0, 1.0, 1.0, 2.0]
+
+
+def test_stop_with_drain_sends_nothing_more_and_keeps_the_answers_in_flight():
+    recs = run_against(answer_after(0.5), cameras=make_cameras(2), schedule="closed", duration_s=3600,
+                       stop_at_s=1.2)
+    assert len(recs) == 6 and all(r.ok for r in recs)  # 2 cameras × sends at 0, 0.5, 1.0 s
+    assert max(r.done_s for r in recs) == pytest.approx(1.5)
+
+
+def test_a_refusal_keeps_its_retry_after():
+    def handler(request):
+        return httpx.Response(503, headers={"retry-after": "2"}, json={"error": {"type": "overloaded"}})
+
+    rec = asyncio.run(exchange(handler))
+    assert rec.status == 503 and rec.error_type == "overloaded" and rec.retry_after_s == 2.0
+    assert asyncio.run(exchange(lambda r: httpx.Response(429, headers={"retry-after": "soon"}))).retry_after_s is None
+
+
+def test_deltas_are_counted_in_both_json_spacings():
+    body = (b'data: {"type": "delta", "text": "a"}\n\ndata: {"type":"delta","text":"b"}\n\n'
+            b'data: {"type": "delta", "text": "c"}\n\n' + sse(DONE, "[DONE]"))
+    rec = asyncio.run(exchange(lambda r: httpx.Response(200, content=body)))
+    assert rec.ok and rec.delta_events == 3 and rec.first_token_s == 1.0
 
 
 def test_server_limits_are_checked_before_sending():

@@ -1,4 +1,8 @@
-"""Delta coalescing before chunks cross a DeploymentHandle."""
+"""Delta coalescing before chunks cross a DeploymentHandle.
+
+The streams run in virtual time (:mod:`serve_app.testing.clock`): token gaps and the
+coalescing interval take no wall time, and the times asserted are exact.
+"""
 
 import asyncio
 
@@ -6,6 +10,7 @@ import pytest
 
 from serve_app.protocol import Delta, Done
 from serve_app.streaming import coalesce_deltas
+from serve_app.testing.clock import run_virtual
 
 pytestmark = pytest.mark.unit
 
@@ -24,34 +29,42 @@ async def source(n_tokens: int, gap_s: float, log: list | None = None, fail: boo
             log.append("source closed")
 
 
-async def collect(agen):
-    return [c async for c in agen]
+def coalesced(n_tokens: int, gap_s: float, interval_s: float) -> list[tuple[float, object]]:
+    """(virtual time, chunk) of each chunk ``coalesce_deltas`` yields for a stream of ``n_tokens``."""
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        return [(loop.time(), c) async for c in coalesce_deltas(source(n_tokens, gap_s), interval_s, clock=loop.time)]
+
+    return run_virtual(main())
 
 
 def test_deltas_are_merged_first_passes_at_once_and_nothing_is_lost():
-    out = asyncio.run(collect(coalesce_deltas(source(40, 0.005), 0.05)))
-    assert out[0] == "clip" and isinstance(out[-1], Done)
-    deltas = [c for c in out if isinstance(c, Delta)]
-    assert deltas[0].text == "t0 "  # TTFT untouched
-    assert "".join(d.text for d in deltas) == "".join(f"t{i} " for i in range(40))
-    assert 2 <= len(deltas) < 20  # ~0.2 s of tokens in 50-ms batches, not 40 items
-    assert deltas[-1].completion_tokens == 40
+    out = coalesced(40, 0.005, 0.05)
+    assert out[0][1] == "clip" and isinstance(out[-1][1], Done)
+    deltas = [(t, c) for t, c in out if isinstance(c, Delta)]
+    assert deltas[0] == (pytest.approx(0.005), Delta(text="t0 ", completion_tokens=1))  # TTFT untouched
+    assert "".join(d.text for _, d in deltas) == "".join(f"t{i} " for i in range(40))
+    assert deltas[-1][1].completion_tokens == 40
+    # 0.2 s of tokens leave in 50-ms batches, not as 40 items; the rest as soon as the stream ends
+    assert [round(t, 6) for t, _ in deltas] == [0.005, 0.055, 0.105, 0.155, 0.2]
+    assert [d.completion_tokens for _, d in deltas] == [1, 10, 20, 30, 40]
 
 
 def test_zero_interval_passes_everything_through():
-    out = asyncio.run(collect(coalesce_deltas(source(10, 0), 0)))
-    assert len([c for c in out if isinstance(c, Delta)]) == 10
+    out = coalesced(10, 0.005, 0)
+    assert [t for t, c in out if isinstance(c, Delta)] == pytest.approx([0.005 * k for k in range(1, 11)])
 
 
 def test_errors_arrive_after_the_text_before_them():
     got = []
 
     async def run():
-        async for c in coalesce_deltas(source(5, 0.001, fail=True), 0.05):
+        async for c in coalesce_deltas(source(5, 0.001, fail=True), 0.05, clock=asyncio.get_running_loop().time):
             got.append(c)
 
     with pytest.raises(RuntimeError, match="engine broke"):
-        asyncio.run(run())
+        run_virtual(run())
     assert "".join(c.text for c in got if isinstance(c, Delta)) == "t0 t1 t2 t3 t4 "
 
 
@@ -59,12 +72,12 @@ def test_a_consumer_that_leaves_closes_the_source():
     log = []
 
     async def run():
-        agen = coalesce_deltas(source(1000, 0.001, log), 0.02)
+        agen = coalesce_deltas(source(1000, 0.001, log), 0.02, clock=asyncio.get_running_loop().time)
         async for c in agen:
             if isinstance(c, Delta):
                 break
         await agen.aclose()
         await asyncio.sleep(0.01)
 
-    asyncio.run(run())
+    run_virtual(run())
     assert log == ["source closed"]

@@ -1,26 +1,13 @@
-"""Load-test metrics: pure functions over per-request records (no I/O, no clocks).
+"""Statistics over request records: percentiles, distributions, lag growth, verdicts, timelines.
 
-Times in a :class:`RequestRecord` are seconds since the run started
-(``time.perf_counter`` based), durations are milliseconds where the name says
-``_ms``. Definitions (also in the README's "Load testing" section):
+Pure functions (no I/O, no clocks). Definitions beyond those of :mod:`loadtest.records`:
 
-* **latency**: response complete − request sent (client side).
-* **TTFT**: first streamed ``delta`` event − request sent (streaming only).
-* **scheduling lag**: request sent − request scheduled (the client's own delay).
-* **freshness**: answer time − end of the window the answer is about. For the
-  real-time schedule a window ends when its last frame would have been
-  recorded, which is also when its request is scheduled.
-* **deadline miss**: the answer arrives after the camera's next window ends
-  (freshness > the gap to the camera's next window).
 * **lag growth**: least-squares slope of freshness against window end time,
   seconds per second; > 0 means answers fall further behind the live feed.
 * **keeps up**: p95 freshness ≤ SLO, error rate < the limit, lag growth ≤ its limit.
 
-A request still running when the run stops is recorded as an ``unfinished``
-error whose freshness is a lower bound (stop time − window end); so is a
-client timeout. Other errors have no freshness; every error is a deadline miss.
-
-Percentiles use numpy's default (linear interpolation between order statistics).
+:func:`percentiles` is the project's one percentile helper (the benches use it
+too): numpy's default method, linear interpolation between order statistics.
 """
 
 from __future__ import annotations
@@ -33,140 +20,35 @@ from typing import Any
 
 import numpy as np
 
+from loadtest.records import RequestRecord
+
 #: Percentiles reported for every distribution.
 PERCENTILES = (50, 90, 95, 99)
 
-#: Error kinds (``RequestRecord.error_kind``).
-ERROR_KINDS = ("http", "stream", "timeout", "connect", "protocol", "unfinished")
-#: Error kinds where the answer may still be coming: their freshness is a lower bound.
-CENSORED_KINDS = ("timeout", "unfinished")
+
+def _sample(values: Iterable[float | None]) -> np.ndarray:
+    return np.asarray([v for v in values if v is not None and not math.isnan(v)], dtype=np.float64)
 
 
-@dataclasses.dataclass
-class RequestRecord:
-    """One request of a run; one row of ``requests.csv``.
+def percentiles(
+    values: Iterable[float | None], qs: Sequence[float] = PERCENTILES, digits: int | None = None
+) -> dict[str, float | None]:
+    """``{"p50": …, "p95": …}`` of a sample (Nones and NaNs dropped; linear interpolation).
 
-    Attributes:
-        seq: request number in schedule order.
-        camera_id: the camera that sent it.
-        window_index: window number within the camera's source.
-        warmup: sent during warm-up (excluded from every metric).
-        scheduled_s: when the schedule wanted it sent (s since run start).
-        sent_s: when the client started sending it (s).
-        window_end_s: end of the window the request is about (s); freshness is measured from it.
-        deadline_s: time allowed before the camera's next window ends (s after ``window_end_s``).
-        first_token_s: first streamed delta received (s), streaming only.
-        done_s: response fully received (s); None if it never finished.
-        stopped_s: when the run gave up on an unfinished request (s).
-        status: HTTP status (0: no response).
-        error_kind: None (success) or one of :data:`ERROR_KINDS`.
-        error_type, error_message: the server's ``error.type``/``message`` or the client exception.
-        request_id: the server's ``X-Request-Id``.
-        decode_ms, queue_ms, model_ms, server_ttft_ms, server_total_ms: the response's ``timings``.
-        prompt_tokens, completion_tokens, video_tokens: the response's ``usage``.
-        num_frames: frames the server sampled.
-        bytes_sent: clip bytes uploaded.
+    Args:
+        values: the sample, in any unit (the result keeps it).
+        qs: percentiles to report, 0–100; key ``f"p{q:g}"`` each.
+        digits: round each value to this many decimals (None: unrounded).
+
+    Returns:
+        One entry per ``q``; every value None for an empty sample.
     """
-
-    seq: int
-    camera_id: str
-    window_index: int
-    warmup: bool
-    scheduled_s: float
-    sent_s: float
-    window_end_s: float
-    deadline_s: float
-    first_token_s: float | None = None
-    done_s: float | None = None
-    stopped_s: float | None = None
-    status: int = 0
-    error_kind: str | None = None
-    error_type: str | None = None
-    error_message: str | None = None
-    request_id: str | None = None
-    decode_ms: float | None = None
-    queue_ms: float | None = None
-    model_ms: float | None = None
-    server_ttft_ms: float | None = None
-    server_total_ms: float | None = None
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    video_tokens: int | None = None
-    num_frames: int | None = None
-    bytes_sent: int = 0
-
-    @property
-    def ok(self) -> bool:
-        """Answered with a 2xx and a complete response."""
-        return self.error_kind is None and self.done_s is not None
-
-    @property
-    def lag_ms(self) -> float:
-        """Client scheduling lag: sent − scheduled, milliseconds."""
-        return (self.sent_s - self.scheduled_s) * 1000
-
-    @property
-    def latency_ms(self) -> float | None:
-        """End-to-end latency (sent → complete), milliseconds; None if unfinished."""
-        return None if self.done_s is None else (self.done_s - self.sent_s) * 1000
-
-    @property
-    def ttft_ms(self) -> float | None:
-        """Client-side time to first token, milliseconds (streaming only)."""
-        return None if self.first_token_s is None else (self.first_token_s - self.sent_s) * 1000
-
-    @property
-    def freshness_s(self) -> float | None:
-        """Answer time − window end, seconds.
-
-        For a client timeout or an unfinished request it is a lower bound (the
-        time the client gave up); for other errors there is no answer: None.
-        """
-        if self.ok:
-            return self.done_s - self.window_end_s
-        if self.error_kind in CENSORED_KINDS:
-            end = self.stopped_s if self.stopped_s is not None else self.done_s
-            return None if end is None else end - self.window_end_s
-        return None
-
-    @property
-    def missed(self) -> bool:
-        """Deadline miss: not answered before the camera's next window ended."""
-        return (not self.ok) or self.freshness_s > self.deadline_s
-
-    #: Derived columns written to the CSV after the stored fields.
-    DERIVED = ("ok", "lag_ms", "latency_ms", "ttft_ms", "freshness_s", "missed")
-
-    def row(self) -> dict[str, Any]:
-        """The CSV/JSON row: stored fields then derived ones."""
-        d = dataclasses.asdict(self)
-        for name in self.DERIVED:
-            d[name] = getattr(self, name)
-        return d
-
-    @classmethod
-    def from_row(cls, row: dict[str, Any]) -> "RequestRecord":
-        """Inverse of :meth:`row`; accepts CSV strings ('' = None) as well as typed values."""
-        kwargs: dict[str, Any] = {}
-        for f in dataclasses.fields(cls):
-            typ = str(f.type)
-            v = row.get(f.name)
-            if v is None or v == "":
-                if "None" in typ:
-                    kwargs[f.name] = None
-                elif f.default is not dataclasses.MISSING:
-                    kwargs[f.name] = f.default
-                else:
-                    raise ValueError(f"row has no value for {f.name}")
-            elif typ.startswith("int"):
-                kwargs[f.name] = int(float(v))
-            elif typ.startswith("float"):
-                kwargs[f.name] = float(v)
-            elif typ == "bool":
-                kwargs[f.name] = v if isinstance(v, bool) else str(v).strip().lower() == "true"
-            else:
-                kwargs[f.name] = str(v)
-        return cls(**kwargs)
+    arr = _sample(values)
+    keys = [f"p{q:g}" for q in qs]
+    if arr.size == 0:
+        return dict.fromkeys(keys)
+    vals = (float(v) for v in np.percentile(arr, list(qs)))
+    return {k: (v if digits is None else round(v, digits)) for k, v in zip(keys, vals, strict=True)}
 
 
 def distribution(values: Iterable[float | None]) -> dict[str, float | int | None]:
@@ -176,16 +58,14 @@ def distribution(values: Iterable[float | None]) -> dict[str, float | int | None
         ``{"count", "mean", "p50", "p90", "p95", "p99", "max"}``; statistics are None
         for an empty sample.
     """
-    arr = np.asarray([v for v in values if v is not None and not math.isnan(v)], dtype=np.float64)
-    out: dict[str, float | int | None] = {"count": int(arr.size)}
-    if arr.size == 0:
-        out.update({"mean": None, **{f"p{q}": None for q in PERCENTILES}, "max": None})
-        return out
-    out["mean"] = float(arr.mean())
-    for q, v in zip(PERCENTILES, np.percentile(arr, PERCENTILES)):
-        out[f"p{q}"] = float(v)
-    out["max"] = float(arr.max())
-    return out
+    arr = _sample(values)
+    empty = arr.size == 0
+    return {
+        "count": int(arr.size),
+        "mean": None if empty else float(arr.mean()),
+        **percentiles(arr),
+        "max": None if empty else float(arr.max()),
+    }
 
 
 def lag_growth(window_end_s: Sequence[float], freshness_s: Sequence[float], min_points: int = 4) -> float | None:
@@ -356,7 +236,7 @@ def timeline(records: Sequence[RequestRecord], bin_s: float) -> dict[str, list[f
     ends = [e for e in ends if e is not None]
     if not ends:
         return {"t_s": [], "qps": [], "latency_p50_ms": [], "latency_p95_ms": [], "errors": []}
-    n = int(math.floor(max(ends) / bin_s)) + 1
+    n = math.floor(max(ends) / bin_s) + 1
     lat: list[list[float]] = [[] for _ in range(n)]
     errors = [0] * n
     for r in measured:
@@ -368,46 +248,11 @@ def timeline(records: Sequence[RequestRecord], bin_s: float) -> dict[str, list[f
             lat[b].append(r.latency_ms)
         else:
             errors[b] += 1
+    bins = [percentiles(x, (50, 95)) for x in lat]
     return {
         "t_s": [i * bin_s for i in range(n)],
         "qps": [len(x) / bin_s for x in lat],
-        "latency_p50_ms": [float(np.percentile(x, 50)) if x else None for x in lat],
-        "latency_p95_ms": [float(np.percentile(x, 95)) if x else None for x in lat],
+        "latency_p50_ms": [p["p50"] for p in bins],
+        "latency_p95_ms": [p["p95"] for p in bins],
         "errors": errors,
     }
-
-
-def sweep_decision(levels: Sequence[tuple[int, bool]]) -> int | None:
-    """The "cameras per GPU" figure from a sweep.
-
-    Args:
-        levels: ``(cameras, keeps_up)`` for every level run, in any order.
-
-    Returns:
-        The largest camera count that kept up with every smaller tested count
-        also keeping up (a pass above a failure is treated as noise), or None
-        if even the smallest level failed.
-    """
-    best = None
-    for cams, passed in sorted(levels):
-        if not passed:
-            break
-        best = cams
-    return best
-
-
-def next_search_level(levels: Sequence[tuple[int, bool]]) -> int | None:
-    """Bisection step after a sweep list: the midpoint between the best pass and the first failure.
-
-    Returns:
-        A camera count not yet tried strictly between them, or None when they are adjacent
-        (or there is no failure, or no pass).
-    """
-    best = sweep_decision(levels)
-    fails = sorted(c for c, p in levels if not p and (best is None or c > best))
-    if best is None or not fails:
-        return None
-    lo, hi = best, fails[0]
-    if hi - lo <= 1:
-        return None
-    return (lo + hi) // 2

@@ -1,21 +1,14 @@
-"""Load-test metrics on synthetic timings: percentiles, freshness, deadline misses, lag growth, verdicts, sweeps."""
+"""Load-test records, statistics and sweep decisions on synthetic timings: percentiles, freshness,
+deadline misses, lag growth, verdicts, sweeps."""
 
 import csv
 import io
 
 import pytest
 
-from loadtest.metrics import (
-    Criteria,
-    RequestRecord,
-    distribution,
-    lag_growth,
-    next_search_level,
-    summarize,
-    sweep_decision,
-    timeline,
-    verdict,
-)
+from loadtest.records import RequestRecord
+from loadtest.statistics import Criteria, distribution, lag_growth, percentiles, summarize, timeline, verdict
+from loadtest.sweep import next_search_level, sweep_decision
 
 pytestmark = pytest.mark.unit
 
@@ -43,6 +36,12 @@ def test_distribution_drops_missing_values_and_handles_empty():
     assert distribution([None, 3.0, None])["p99"] == 3.0
     empty = distribution([None])
     assert empty["count"] == 0 and empty["p95"] is None and empty["max"] is None
+
+
+def test_percentiles_name_each_q_drop_missing_values_and_round_on_request():
+    assert percentiles([1, 2, 3, 4], (50, 99.9)) == {"p50": 2.5, "p99.9": pytest.approx(3.997)}
+    assert percentiles([0.12345, None, float("nan")], (50,), digits=3) == {"p50": 0.123}
+    assert percentiles([], (50, 95)) == {"p50": None, "p95": None}
 
 
 def test_freshness_is_answer_time_minus_window_end_and_misses_use_the_next_window():
