@@ -17,11 +17,11 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
 
-from loadtest.records import RequestRecord  # noqa: E402
-from loadtest.statistics import percentiles, timeline  # noqa: E402
+from loadtest.records import RequestRecord
+from loadtest.statistics import percentiles, timeline
 
 logger = logging.getLogger(__name__)
 
@@ -103,12 +103,12 @@ def camera_freshness(ax, records: Sequence[RequestRecord], slo_s: float) -> None
     for cam, rs in by_cam.items():
         pts = sorted((r.window_end_s, r.freshness_s) for r in rs if r.freshness_s is not None and r.ok)
         if pts:
-            x, y = zip(*pts)
+            x, y = zip(*pts, strict=True)
             ax.plot(x, y, marker=".", lw=0.8 if many else 1.2, alpha=0.5 if many else 0.9,
                     label=None if many else cam)
         bad = [(r.window_end_s, r.freshness_s) for r in rs if not r.ok and r.freshness_s is not None]
         if bad:
-            ax.plot(*zip(*bad), "x", color="tab:red", ms=6)
+            ax.plot(*zip(*bad, strict=True), "x", color="tab:red", ms=6)
     ax.axhline(slo_s, color="k", ls="--", lw=1, label=f"SLO {slo_s:g} s")
     ax.set_xlabel("window end (s since start)")
     ax.set_ylabel("freshness: answer − window end (s)")
@@ -155,7 +155,7 @@ def write_sweep_plot(path: Path, doc: dict) -> Path:
     fig, ax = plt.subplots(figsize=(7, 4.2), layout="constrained")
     ax.plot(n, [np.nan if v is None else v for v in p95], "o-", label="p95 freshness")
     ax.plot(n, [np.nan if v is None else v for v in p50], ".:", label="p50 freshness")
-    for x, y, passed in zip(n, p95, ok):
+    for x, y, passed in zip(n, p95, ok, strict=True):
         if y is not None:
             ax.annotate("✓" if passed else "✗", (x, y), textcoords="offset points", xytext=(0, 6), ha="center",
                         color="green" if passed else "red")

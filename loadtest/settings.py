@@ -77,7 +77,7 @@ class RunSettings(_Model):
     max_connections: int | None = Field(None, ge=1, description="HTTP connection pool size (None: unlimited).")
 
     @model_validator(mode="after")
-    def _unique_ids(self) -> "RunSettings":
+    def _unique_ids(self) -> RunSettings:
         ids = [c.id for c in self.cameras]
         dup = sorted({i for i in ids if ids.count(i) > 1})
         if dup:

@@ -376,13 +376,13 @@ def main(argv: list[str] | None = None) -> int:
             else str(av.ffmpeg_version_info),
             "cpus": os.cpu_count(),
             "load_average": os.getloadavg(),
-        },  # fmt: skip
+        },
         "wall_s": round(time.time() - t0, 1),
         "summary": {
             "inputs": len(entries),
             "ok": sum(e["verdict"] == "ok" for e in entries),
             "fail": [e["input"] for e in entries if e["verdict"] != "ok"],
-        },  # fmt: skip
+        },
         "inputs": entries,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)

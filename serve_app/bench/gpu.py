@@ -159,7 +159,7 @@ async def _plain_side(args, files: list[Path]) -> dict:
     for name, mmk in variants.items():
         if args.only and name not in args.only:
             continue
-        def prompts(fr):
+        def prompts(fr: list[Any], mmk: dict[str, Any] = mmk) -> list[dict[str, Any]]:
             return [{"prompt": text, "multi_modal_data": {"video": f}, "mm_processor_kwargs": mmk} for f in fr]
         # the same windows as every other side; no cache may carry one variant's work to the next
         await llm.reset_prefix_cache()
@@ -524,7 +524,8 @@ def table(report: dict) -> list[str]:
         r = side[key]
         rows.append(
             f"| {name} | {r['clips_per_s']:.2f} | {r['output_tokens_per_s']:.0f} | "
-            f"{r['ttft_s']['p50']:.2f} / {r['ttft_s']['p95']:.2f} | {r['e2e_s']['p50']:.2f} / {r['e2e_s']['p95']:.2f} | "
+            f"{r['ttft_s']['p50']:.2f} / {r['ttft_s']['p95']:.2f} | "
+            f"{r['e2e_s']['p50']:.2f} / {r['e2e_s']['p95']:.2f} | "
             f"{side['single']['ttft_s']['p50']:.2f} |"
         )
     return rows

@@ -120,12 +120,9 @@ def idr_slice_header_damaged(data: bytes, all_slices: bool = False) -> bytes:
             bits = [(b >> (7 - k)) & 1 for b in out[i + 5 : i + 13] for k in range(8)]
             _first_mb, j = _read_ue(bits, 0)
             slice_type, k = _read_ue(bits, j)
-            if (
-                slice_type == 7 or slice_type == 2
-            ):  # ue(7) = 0001000 → ue(8) = 0001001 (SP, not intra): flip the last bit
-                bit = k - 1
-            else:
-                bit = None
+            # Flip the last bit of slice_type: ue(7) = 0001000 → ue(8) = 0001001 (I → SP, not intra),
+            # ue(2) = 011 → ue(1) = 010 (I → B).
+            bit = k - 1 if slice_type in (2, 7) else None
             if bit is not None:
                 out[i + 5 + bit // 8] ^= 1 << (7 - bit % 8)
                 changed += 1
@@ -158,11 +155,17 @@ MUTATIONS: dict[str, tuple[str, Callable[[bytes], bytes]]] = {
     "edit_list_starts_1s_in": (
         "remuxed to MP4 with an edit list that starts playback 1 s in",
         lambda d: _remux(d, "mp4", shift_s=-EDIT_START_S)),
-    "offset_3h.mkv": ("remuxed to Matroska with every timestamp 3 h later", lambda d: _remux(d, "matroska", shift_s=OFFSET_S)),
-    "offset_3h.ts": ("remuxed to MPEG-TS with every timestamp 3 h later", lambda d: _remux(d, "mpegts", shift_s=OFFSET_S)),
+    "offset_3h.mkv": (
+        "remuxed to Matroska with every timestamp 3 h later",
+        lambda d: _remux(d, "matroska", shift_s=OFFSET_S)),
+    "offset_3h.ts": (
+        "remuxed to MPEG-TS with every timestamp 3 h later",
+        lambda d: _remux(d, "mpegts", shift_s=OFFSET_S)),
     "concatenated.ts": ("two MPEG-TS recordings joined byte for byte", lambda d: concatenated(d, "mpegts")),
     "concatenated.mp4": ("two MP4 recordings joined byte for byte", lambda d: concatenated(d, "mp4")),
-    "all_timestamps_equal.mkv": ("remuxed to Matroska with every timestamp 0", lambda d: _remux(d, "matroska", equal_ts=True)),
+    "all_timestamps_equal.mkv": (
+        "remuxed to Matroska with every timestamp 0",
+        lambda d: _remux(d, "matroska", equal_ts=True)),
     "anamorphic_4to3": (
         "H.264 sample aspect ratio set to 4:3 (anamorphic pixels)",
         lambda d: _remux(d, "mp4", bsf="h264_metadata=sample_aspect_ratio=4/3")),

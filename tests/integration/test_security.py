@@ -35,7 +35,15 @@ def chat_body(url):
     return {
         "model": MODEL,
         "max_tokens": 2,
-        "messages": [{"role": "user", "content": [{"type": "video_url", "video_url": {"url": url}}, {"type": "text", "text": "What happens?"}]}],
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "video_url", "video_url": {"url": url}},
+                    {"type": "text", "text": "What happens?"},
+                ],
+            }
+        ],
     }
 
 
@@ -43,7 +51,9 @@ def chat_body(url):
     ("method", "path"),
     [("GET", "/v1/models"), ("POST", "/v1/chat/completions"), ("POST", "/v1/video/query"), ("GET", "/v1/unknown")],
 )
-@pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer wrong-key"}, {"X-API-Key": ""}, {"Authorization": "Basic abc"}])
+@pytest.mark.parametrize(
+    "headers", [{}, {"Authorization": "Bearer wrong-key"}, {"X-API-Key": ""}, {"Authorization": "Basic abc"}]
+)
 def test_every_route_needs_the_key(secure_app, method, path, headers):
     r = httpx.request(method, f"{secure_app}{path}", headers=headers, json={}, timeout=30)
     assert r.status_code == 401
