@@ -218,36 +218,31 @@ def query_body(path: Path) -> dict[str, Any]:
 
 
 async def _http_run(url: str, files: list[Path]) -> tuple[float, int, list, list, list]:
-    import httpx
+    """All ``files`` at once to the graph's query route (loadtest's client); wall, tokens, TTFT, e2e, timings."""
+    recs = await _batch(url, [query_body(f) for f in files], "/v1/video/query")
+    server = [{"decode_ms": r.decode_ms, "queue_ms": r.queue_ms, "model_ms": r.model_ms, "ttft_ms": r.server_ttft_ms,
+               "total_ms": r.server_total_ms, "prompt_tokens": r.prompt_tokens} for r in recs]
+    wall, tokens, ttft, e2e = batch_figures(recs)
+    return wall, tokens, ttft, e2e, server
 
-    t0 = time.perf_counter()
-    ttft, e2e, server = [], [], []
-    n_tokens = 0
-    limits = httpx.Limits(max_connections=512, max_keepalive_connections=512)
-    async with httpx.AsyncClient(timeout=900, limits=limits) as client:
 
-        async def one(path: Path):
-            nonlocal n_tokens
-            first = None
-            async with client.stream("POST", f"{url}/v1/video/query", json=query_body(path)) as r:
-                if r.status_code != 200:
-                    raise RuntimeError(f"HTTP {r.status_code}: {(await r.aread())[:300]!r}")
-                async for line in r.aiter_lines():
-                    if not line.startswith("data: ") or line == "data: [DONE]":
-                        continue
-                    ev = json.loads(line[6:])
-                    if ev["type"] == "delta" and first is None:
-                        first = time.perf_counter() - t0
-                    elif ev["type"] == "done":
-                        n_tokens += ev["usage"]["completion_tokens"]
-                        server.append({**ev["timings"], "prompt_tokens": ev["usage"]["prompt_tokens"]})
-                    elif ev["type"] == "error":
-                        raise RuntimeError(str(ev))
-            ttft.append(first if first is not None else float("nan"))
-            e2e.append(time.perf_counter() - t0)
+async def _batch(url: str, bodies: list[dict[str, Any]], route: str) -> list:
+    """Sends every body at once with loadtest's client; raises on the first failed request."""
+    from loadtest.traffic import batch_json
 
-        await asyncio.gather(*(one(f) for f in files))
-    return time.perf_counter() - t0, n_tokens, ttft, e2e, server
+    recs = await batch_json(url, bodies, route=route, request_timeout_s=900)
+    if bad := [r for r in recs if not r.ok]:
+        raise RuntimeError(f"{len(bad)} of {len(recs)} requests failed; first: HTTP {bad[0].status} "
+                           f"{bad[0].error_type}: {bad[0].error_message}")
+    return recs
+
+
+def batch_figures(recs: list) -> tuple[float, int, list[float], list[float]]:
+    """(wall s, completion tokens, TTFT s, e2e s) of one batch, times from its first send."""
+    t0 = min(r.sent_s for r in recs)
+    ttft = [float("nan") if r.first_token_s is None else r.first_token_s - t0 for r in recs]
+    e2e = [r.done_s - t0 for r in recs]
+    return max(e2e), sum(r.completion_tokens or 0 for r in recs), ttft, e2e
 
 
 def _server_breakdown(server: list[dict]) -> dict:

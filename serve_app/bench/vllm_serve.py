@@ -18,7 +18,6 @@ stops it.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import signal
@@ -93,37 +92,16 @@ def chat_body(model: str, path: Path, extra: dict[str, Any]) -> dict[str, Any]:
 
 
 async def openai_run(url: str, model: str, files: list[Path], extra: dict[str, Any]):
-    """Sends one streamed chat request per file at once; returns (wall_s, tokens, ttft_s, e2e_s, prompt_tokens)."""
-    import httpx
+    """One streamed chat request per file, all at once (loadtest's client).
 
-    t0 = time.perf_counter()
-    ttft: list[float] = []
-    e2e: list[float] = []
-    prompt_tokens: list[int] = []
-    n_tokens = 0
-    limits = httpx.Limits(max_connections=512, max_keepalive_connections=512)
-    async with httpx.AsyncClient(timeout=900, limits=limits) as client:
+    Returns:
+        (wall_s, completion tokens, TTFT s, e2e s, prompt token counts), times from the first send.
+    """
+    from serve_app.bench.gpu import _batch, batch_figures
 
-        async def one(path: Path) -> None:
-            nonlocal n_tokens
-            first = None
-            async with client.stream("POST", f"{url}/v1/chat/completions", json=chat_body(model, path, extra)) as r:
-                if r.status_code != 200:
-                    raise RuntimeError(f"HTTP {r.status_code}: {(await r.aread())[:300]!r}")
-                async for line in r.aiter_lines():
-                    if not line.startswith("data: ") or line == "data: [DONE]":
-                        continue
-                    ev = json.loads(line[6:])
-                    if ev.get("choices") and ev["choices"][0].get("delta", {}).get("content") and first is None:
-                        first = time.perf_counter() - t0
-                    if ev.get("usage"):
-                        n_tokens += ev["usage"]["completion_tokens"]
-                        prompt_tokens.append(ev["usage"]["prompt_tokens"])
-            ttft.append(first if first is not None else float("nan"))
-            e2e.append(time.perf_counter() - t0)
-
-        await asyncio.gather(*(one(p) for p in files))
-    return time.perf_counter() - t0, n_tokens, ttft, e2e, prompt_tokens
+    recs = await _batch(url, [chat_body(model, f, extra) for f in files], "/v1/chat/completions")
+    wall, tokens, ttft, e2e = batch_figures(recs)
+    return wall, tokens, ttft, e2e, [r.prompt_tokens for r in recs if r.prompt_tokens is not None]
 
 
 def _wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float) -> None:
