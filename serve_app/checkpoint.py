@@ -29,6 +29,7 @@ import logging
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from serve_app import model_facts as facts
 from serve_app.qwen_tokenizer import write_tokenizer_files
@@ -128,11 +129,11 @@ PREPROCESSOR = {
 VARIANTS = ("tiny-random", "full-dummy")
 
 
-def model_config(variant: str) -> dict:
+def model_config(variant: str) -> dict[str, Any]:
     """``config.json`` of a variant (vision_config always written in full)."""
     if variant not in VARIANTS:
         raise ValueError(f"unknown checkpoint variant {variant!r}; choose from {VARIANTS}")
-    cfg = copy.deepcopy(CONFIG_FULL)
+    cfg: dict[str, Any] = copy.deepcopy(CONFIG_FULL)
     if variant == "tiny-random":
         cfg.update(copy.deepcopy(TINY_TEXT))
         cfg["vision_config"].update(TINY_VISION)
@@ -172,7 +173,8 @@ def _write_tiny_weights(out: Path, seed: int = 0) -> None:
 
     torch.manual_seed(seed)
     config = AutoConfig.from_pretrained(out)
-    model = Qwen2_5_VLForConditionalGeneration(config).to(torch.float32)
+    # transformers types PreTrainedModel.to through a decorator whose stub drops the bound self.
+    model = Qwen2_5_VLForConditionalGeneration(config).to(torch.float32)  # type: ignore[arg-type]
     model.save_pretrained(out, safe_serialization=True)
     # save_pretrained rewrites config.json with the running transformers version.
     (out / "config.json").write_text(json.dumps(model_config("tiny-random"), indent=2))

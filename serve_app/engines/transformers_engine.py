@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 from transformers import AsyncTextIteratorStreamer
 
@@ -67,8 +68,8 @@ class TransformersEngine(Engine):
         self._lock = asyncio.Semaphore(config.max_concurrent_requests)
         self._cancel: dict[str, threading.Event] = {}
         self._dead: str | None = None
-        self.model = None
-        self.processor = None
+        self.model: Any = None  # Qwen2_5_VLForConditionalGeneration once loaded
+        self.processor: Any = None  # its AutoProcessor once loaded
 
     async def start(self) -> None:
         """Loads processor and model (building the checkpoint first if configured)."""
@@ -86,7 +87,7 @@ class TransformersEngine(Engine):
         self.processor = AutoProcessor.from_pretrained(path)
         self.model = (
             Qwen2_5_VLForConditionalGeneration.from_pretrained(path, dtype=torch.float32)
-            .to(self.config.device)
+            .to(self.config.device)  # type: ignore[arg-type]  # transformers' .to stub drops the bound self
             .eval()
         )
         logger.info("transformers engine loaded %s (random weights: %s)", path, self.random_weights)

@@ -21,6 +21,7 @@ import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from loadtest.double import free_port as free_port  # re-exported: tests take every local-Serve helper from here
 
@@ -94,7 +95,7 @@ def start(http_port: int, num_cpus: int = 8, object_store_mb: int | None = None,
     from ray import serve
 
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-    kwargs = {} if metrics_export_port is None else {"_metrics_export_port": metrics_export_port}
+    kwargs: dict[str, Any] = {} if metrics_export_port is None else {"_metrics_export_port": metrics_export_port}
     ray.init(
         num_cpus=num_cpus,
         include_dashboard=False,

@@ -89,8 +89,9 @@ def kill_replica(actor_name: str) -> None:
 def running_replicas(app: str, deployment: str) -> int:
     """Replicas of a deployment that Serve reports RUNNING."""
     from ray import serve
+    from ray.serve.schema import ReplicaState  # the keys of replica_states (a str enum)
 
     status = serve.status().applications.get(app)
     if status is None or deployment not in status.deployments:
         return 0
-    return int(status.deployments[deployment].replica_states.get("RUNNING", 0))
+    return int(status.deployments[deployment].replica_states.get(ReplicaState.RUNNING, 0))
