@@ -158,14 +158,17 @@ def parse_sse_line(line: str) -> dict[str, Any] | str | None:
     """One server-sent-event line: the decoded ``data:`` payload, ``"[DONE]"``, or None (other lines).
 
     Raises:
-        ValueError: a ``data:`` payload that is not JSON.
+        ValueError: a ``data:`` payload that is not a JSON object.
     """
     if not line.startswith("data:"):
         return None
     payload = line[5:].strip()
     if payload == "[DONE]":
         return payload
-    return json.loads(payload)
+    event = json.loads(payload)
+    if not isinstance(event, dict):
+        raise ValueError(f"SSE data is not a JSON object: {payload[:80]!r}")
+    return event
 
 
 async def send(
@@ -207,7 +210,7 @@ async def send(
                 event = parse_sse_line(line)
                 if event is None:
                     continue
-                if event == "[DONE]":
+                if isinstance(event, str):  # "[DONE]"
                     got_done = got_done or chat  # a chat stream ends with [DONE]; ours with a done event
                     break
                 kind = event.get("type")

@@ -35,7 +35,7 @@ def _ecdf(ax, values: Sequence[float], label: str) -> None:
 def latency_cdf(ax, records: Sequence[RequestRecord]) -> None:
     """CDF of end-to-end latency and client TTFT (successful, measured requests)."""
     ok = [r for r in records if r.ok and not r.warmup]
-    lat = [r.latency_ms / 1000 for r in ok]
+    lat = [r.latency_ms / 1000 for r in ok if r.latency_ms is not None]
     ttft = [r.ttft_ms / 1000 for r in ok if r.ttft_ms is not None]
     _ecdf(ax, lat, "latency")
     _ecdf(ax, ttft, "TTFT")

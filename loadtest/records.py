@@ -115,7 +115,7 @@ class RequestRecord:
         For a client timeout or an unfinished request it is a lower bound (the
         time the client gave up); for other errors there is no answer: None.
         """
-        if self.ok:
+        if self.ok and self.done_s is not None:  # an ok record always has its answer time
             return self.done_s - self.window_end_s
         if self.error_kind in CENSORED_KINDS:
             end = self.stopped_s if self.stopped_s is not None else self.done_s
@@ -125,7 +125,8 @@ class RequestRecord:
     @property
     def missed(self) -> bool:
         """Deadline miss: not answered before the camera's next window ended."""
-        return (not self.ok) or self.freshness_s > self.deadline_s
+        freshness_s = self.freshness_s
+        return (not self.ok) or freshness_s is None or freshness_s > self.deadline_s
 
     #: Derived columns written to the CSV after the stored fields.
     DERIVED = ("ok", "lag_ms", "latency_ms", "ttft_ms", "freshness_s", "missed")

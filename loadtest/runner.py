@@ -26,6 +26,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
 
 import httpx
 
@@ -129,7 +130,7 @@ class Runner:
         self.phase = "idle"  # idle → sending → draining → done
         self._now = clock
         self._t0: float | None = None
-        self._main: asyncio.Task | None = None
+        self._main: asyncio.Future[Any] | None = None
         self._sending = True
         self._stopped = False
 
@@ -159,19 +160,19 @@ class Runner:
             self._t0 = self._now()
             tasks: set[asyncio.Task] = set()
             self.phase = "sending"
+            main: asyncio.Future[Any]
             if s.schedule == "closed":
                 n = s.concurrency or len(self.feeds)
-                self._main = asyncio.ensure_future(
-                    asyncio.gather(*(self._worker(client, url, w, tasks) for w in range(n)))
-                )
+                main = asyncio.ensure_future(asyncio.gather(*(self._worker(client, url, w, tasks) for w in range(n))))
             else:
                 arrivals = plan(s.schedule, s.intervals_s(), s.duration_s, stagger=s.stagger,
                                 max_requests=s.max_requests, seed=s.seed)
-                self._main = asyncio.ensure_future(self._dispatch_all(client, url, arrivals, tasks))
+                main = asyncio.ensure_future(self._dispatch_all(client, url, arrivals, tasks))
+            self._main = main
             deadline_s = s.duration_s + s.effective_drain_s
-            await asyncio.wait({self._main}, timeout=max(0.0, deadline_s - self.clock()))
-            if not self._main.done():  # closed loop stuck on a slow answer
-                self._main.cancel()
+            await asyncio.wait({main}, timeout=max(0.0, deadline_s - self.clock()))
+            if not main.done():  # closed loop stuck on a slow answer
+                main.cancel()
             self.phase = "draining"
             while tasks and not self._stopped and self.clock() < deadline_s:
                 await asyncio.wait(set(tasks), timeout=min(0.25, max(0.0, deadline_s - self.clock())))
@@ -179,8 +180,9 @@ class Runner:
                 t.cancel()
             if tasks:
                 await asyncio.wait(set(tasks))
-            if not self._main.cancelled() and self._main.exception() is not None:
-                raise self._main.exception()
+            error = None if main.cancelled() else main.exception()
+            if error is not None:
+                raise error
             self.phase = "done"
         return self.records
 

@@ -222,7 +222,7 @@ def _cam_key(camera_id: str) -> tuple:
     return (head, int(tail) if tail else -1, camera_id)
 
 
-def timeline(records: Sequence[RequestRecord], bin_s: float) -> dict[str, list[float | None]]:
+def timeline(records: Sequence[RequestRecord], bin_s: float) -> dict[str, list[float | None] | list[float] | list[int]]:
     """Per-time-bin series (by completion time): completions/s, p50 and p95 latency.
 
     Returns:
@@ -232,8 +232,7 @@ def timeline(records: Sequence[RequestRecord], bin_s: float) -> dict[str, list[f
     if bin_s <= 0:
         raise ValueError("bin_s must be > 0")
     measured = [r for r in records if not r.warmup]
-    ends = [r.done_s if r.done_s is not None else r.stopped_s for r in measured]
-    ends = [e for e in ends if e is not None]
+    ends = [e for r in measured if (e := r.done_s if r.done_s is not None else r.stopped_s) is not None]
     if not ends:
         return {"t_s": [], "qps": [], "latency_p50_ms": [], "latency_p95_ms": [], "errors": []}
     n = math.floor(max(ends) / bin_s) + 1
@@ -244,9 +243,9 @@ def timeline(records: Sequence[RequestRecord], bin_s: float) -> dict[str, list[f
         if end is None:
             continue
         b = int(end // bin_s)
-        if r.ok:
+        if r.ok and r.latency_ms is not None:  # an ok record always has its answer time
             lat[b].append(r.latency_ms)
-        else:
+        elif not r.ok:
             errors[b] += 1
     bins = [percentiles(x, (50, 95)) for x in lat]
     return {

@@ -116,8 +116,8 @@ async def run_sweep(
     for n in levels:
         if not await one(n) and stop_at_failure:
             break
-    while search and (n := next_search_level(outcomes)) is not None and n not in {c for c, _ in outcomes}:
-        await one(n)
+    while search and (level := next_search_level(outcomes)) is not None and level not in {c for c, _ in outcomes}:
+        await one(level)
     first = make_settings(levels[0])
     crit = {"slo_s": first.effective_slo_s, "max_error_rate": first.max_error_rate,
             "max_lag_growth": first.max_lag_growth}

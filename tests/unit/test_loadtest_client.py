@@ -70,6 +70,8 @@ def test_sse_lines():
     assert parse_sse_line(": keep-alive") is None and parse_sse_line("") is None
     with pytest.raises(ValueError):
         parse_sse_line("data: {not json")
+    with pytest.raises(ValueError, match="not a JSON object"):
+        parse_sse_line('data: ["a", "list"]')
 
 
 DONE = {"type": "done", "id": "vq-1", "video": {"num_frames": 40},
