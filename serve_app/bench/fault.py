@@ -22,6 +22,7 @@ import asyncio
 import logging
 import threading
 import time
+from typing import Any
 
 import httpx
 
@@ -43,7 +44,7 @@ CAMERA_MAX_TOKENS = 4
 
 def fault_app_args(**overrides) -> dict:
     """The graph with the weightless scripted engine (fast, fault-injectable) and two decode replicas."""
-    base = {
+    base: dict[str, Any] = {
         "model": {"backend": SCRIPTED, "checkpoint": None, "served_model_name": "scripted", "warmup": False,
                   "max_concurrent_requests": 4, "model_id": str(local_serve.TINY_CKPT)},
         "decoder": {"num_cpus": 0, "num_replicas": 2, "max_ongoing_requests": 2, "max_queued_requests": 16},
@@ -102,8 +103,8 @@ def decoder_kill_run(
     time.sleep(after_s)
     held["loop"].call_soon_threadsafe(runner.stop, True)  # stop sending; answers in flight are awaited
     th.join(timeout=recovery_timeout_s + 30)
-    ok = [r for r in records if r.status == 200]
-    oks_after_kill = [r.done_s for r in ok if r.done_s > kill_s]
+    ok = [r for r in records if r.status == 200 and r.done_s is not None]
+    oks_after_kill = [r.done_s for r in ok if r.done_s is not None and r.done_s > kill_s]
     after = [r for r in records if replaced_s is not None and r.sent_s > replaced_s]
     return {
         "cameras": cameras,
@@ -121,7 +122,7 @@ def decoder_kill_run(
             for r in records if r.status != 200
         ],
         "after_recovery": {"requests": len(after), "ok": sum(r.status == 200 for r in after)},
-        "latency_p50_s": percentiles([r.latency_ms / 1000 for r in ok], (50,))["p50"],
+        "latency_p50_s": percentiles([r.latency_ms / 1000 for r in ok if r.latency_ms is not None], (50,))["p50"],
     }
 
 

@@ -59,7 +59,13 @@ def latency_summary(latencies_s: Sequence[float]) -> dict:
 
 
 def latency_s(r: RequestRecord) -> float:
-    """A finished request's latency in seconds."""
+    """A finished request's latency in seconds.
+
+    Raises:
+        ValueError: the request never finished (no answer time).
+    """
+    if r.latency_ms is None:
+        raise ValueError(f"request {r.request_id} has no latency: it never finished")
     return r.latency_ms / 1000
 
 
