@@ -36,17 +36,16 @@ from pathlib import Path
 
 import av
 
+from serve_app.decoder import INDEX_TIMED_FORMATS  # the server times these by frame index: windows are re-encoded
+from serve_app.sources import DEFAULT_PORTS
+
 logger = logging.getLogger(__name__)
 
-#: Source schemes a camera may name instead of a local file.
-URL_SCHEMES = ("rtsp://", "rtsps://", "http://", "https://")
+#: Source schemes a camera may name instead of a local file: the server's own list.
+URL_SCHEMES = tuple(f"{scheme}://" for scheme in DEFAULT_PORTS)
 
 #: Video codecs whose packets are copied into MP4 without re-encoding.
 REMUX_CODECS = frozenset({"h264", "hevc"})
-
-#: Containers without real presentation timestamps (frame i shows at i / rate);
-#: always re-encoded (the server's decoder treats AVI the same way).
-INDEX_TIMED_FORMATS = frozenset({"avi"})
 
 #: Re-encoding settings: x264 ``veryfast`` at CRF 23 (x264's default quality).
 REENCODE_OPTIONS = {"preset": "veryfast", "crf": "23"}
