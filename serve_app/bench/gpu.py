@@ -152,7 +152,7 @@ async def _plain_side(args, files: list[Path]) -> dict:
     frames = [c.frames for c in clips]
     assert all(f.shape == (40, 420, 756, 3) for f in frames), [f.shape for f in frames]
     sides: dict[str, Any] = {}
-    variants = {
+    variants: dict[str, dict[str, Any]] = {
         "plain_default": {"fps": 4},
         "plain_gpu_processor": {"fps": 4, "device": "cuda"},
     }
@@ -245,9 +245,9 @@ def batch_figures(recs: list) -> tuple[float, int, list[float], list[float]]:
     return max(e2e), sum(r.completion_tokens or 0 for r in recs), ttft, e2e
 
 
-def _server_breakdown(server: list[dict]) -> dict:
+def _server_breakdown(server: list[dict[str, Any]]) -> dict[str, Any]:
     keys = ("decode_ms", "queue_ms", "model_ms", "ttft_ms", "total_ms")
-    out = {k[:-3] + "_s": summary([s[k] / 1000 for s in server if s.get(k) is not None]) for k in keys}
+    out: dict[str, Any] = {k[:-3] + "_s": summary([s[k] / 1000 for s in server if s.get(k) is not None]) for k in keys}
     out["prompt_tokens"] = sorted({s["prompt_tokens"] for s in server})
     return out
 

@@ -16,6 +16,7 @@ such files arise in the field:
 
 from __future__ import annotations
 
+import functools
 import io
 from fractions import Fraction
 from collections.abc import Callable
@@ -31,15 +32,17 @@ OFFSET_S = 3 * 3600
 
 def _packets(data: bytes) -> tuple[list[tuple[int, int, bool]], Fraction]:
     """``(pos, size, keyframe)`` of each video packet (decode order) and the time base."""
-    with av.open(io.BytesIO(data)) as c:
+    with av.open(io.BytesIO(data), "r") as c:
         s = c.streams.video[0]
-        out = [(p.pos, p.size, bool(p.is_keyframe)) for p in c.demux(s) if p.size]
+        out = [(p.pos, p.size, bool(p.is_keyframe)) for p in c.demux(s) if p.size and p.pos is not None]
+        if s.time_base is None:
+            raise ValueError("the video stream has no time base")
         return out, s.time_base
 
 
 def _remux(data: bytes, fmt: str, *, shift_s: float = 0.0, equal_ts: bool = False, bsf: str | None = None,
            rotation_ccw: int | None = None, options: dict | None = None) -> bytes:  # fmt: skip
-    src = av.open(io.BytesIO(data))
+    src = av.open(io.BytesIO(data), "r")
     ist = src.streams.video[0]
     sink = io.BytesIO()
     dst = av.open(sink, "w", format=fmt, options=options or {})
@@ -47,7 +50,7 @@ def _remux(data: bytes, fmt: str, *, shift_s: float = 0.0, equal_ts: bool = Fals
     if rotation_ccw:
         ost.set_display_rotation(rotation_ccw)
     filt = BitStreamFilterContext(bsf, ist, ost) if bsf else None
-    shift = round(shift_s / ist.time_base)
+    shift = round(shift_s / ist.time_base) if ist.time_base else 0
     for p in src.demux(ist):
         if p.size == 0:
             continue
@@ -143,7 +146,9 @@ def concatenated(data: bytes, fmt: str) -> bytes:
 #: name → (what it is, function of the base clip's bytes)
 MUTATIONS: dict[str, tuple[str, Callable[[bytes], bytes]]] = {
     **{
-        f"truncated_{int(f * 100)}pct": (f"first {int(f * 100)} % of the bytes", lambda d, f=f: truncated(d, f))
+        f"truncated_{int(f * 100)}pct": (
+            f"first {int(f * 100)} % of the bytes",
+            functools.partial(truncated, fraction=f))
         for f in (0.25, 0.5, 0.75, 0.95)
     },
     "flipped_first_gop": ("64 bytes flipped in the first keyframe", lambda d: flipped(d, "first")),
