@@ -47,6 +47,7 @@ import platform
 import sys
 import time
 import tracemalloc
+from typing import Any
 from pathlib import Path
 
 import av
@@ -110,7 +111,7 @@ def plain_decode(data: bytes) -> Reference | None:
 
 def _plain_decode(data: bytes) -> Reference | None:
     try:
-        c = av.open(io.BytesIO(data))
+        c = av.open(io.BytesIO(data), "r")
     except (av.error.FFmpegError, ValueError, OSError):
         return None
     with c:
@@ -123,7 +124,7 @@ def _plain_decode(data: bytes) -> Reference | None:
         s.codec_context.thread_type = "SLICE"
         tb = float(s.time_base) if s.time_base else 0.0
         rate = float(s.average_rate or s.guessed_rate or 25)
-        origin = None
+        origin: int | None = None
         frames: list[tuple[int | None, np.ndarray, bool]] = []
         errors = 0
         size = first = None
@@ -146,6 +147,7 @@ def _plain_decode(data: bytes) -> Reference | None:
                     g = _grey(f.reformat(width=4 * THUMB, height=4 * THUMB, format="rgb24").to_ndarray())
                     g = g.reshape(THUMB, 4, THUMB, 4).mean(axis=(1, 3))
                 else:  # a new frame size: fitted into the first one with its shape kept (black bars)
+                    assert first is not None  # set with the first frame's size
                     a, big = (f.width / f.height) / (first[0] / first[1]), 4 * THUMB
                     fw, fh = (big, max(1, round(big / a))) if a > 1 else (max(1, round(big * a)), big)
                     small = _grey(f.reformat(width=fw, height=fh, format="rgb24").to_ndarray())
@@ -182,8 +184,9 @@ def _plain_decode(data: bytes) -> Reference | None:
     else:
         times = np.empty(len(frames))
         off, last = 0.0, -math.inf
-        for i, p in enumerate(pts):
-            t = (p - origin) * tb + off
+        for i, ts_i in enumerate(pts):
+            assert ts_i is not None and origin is not None  # else the branch above (index timing) ran
+            t = (ts_i - origin) * tb + off
             if t < last - 1.0:  # a second recording: continue after the first
                 off += last + 1.0 / rate - t
                 t = last + 1.0 / rate
@@ -210,7 +213,8 @@ def _thumb(img: np.ndarray) -> np.ndarray:
 def check(name: str, data: bytes, ref: Reference | None, start_s: float | None, end_s: float | None) -> dict:
     """One request of one input: the service's decode against the reference. Returns the report row."""
     dec, lim = DecodeConfig(), LimitsConfig()
-    row: dict = {"window": None if start_s is None else [round(start_s, 3), round(end_s, 3)], "problems": []}
+    window = None if start_s is None or end_s is None else [round(start_s, 3), round(end_s, 3)]
+    row: dict[str, Any] = {"window": window, "problems": []}
     probs = row["problems"]
     tracemalloc.start()
     t0 = time.perf_counter()
@@ -364,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
         e = evaluate(name, kind, data, desc)
         entries.append(e)
         print(f"{e['verdict']:4} {name}", file=sys.stderr)
-    report = {
+    report: dict[str, Any] = {
         "bench": "decode_truth",
         "command": "python -m serve_app.bench.decode_truth --out results/decode_truth.json",
         "method": __doc__,

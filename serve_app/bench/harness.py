@@ -10,7 +10,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
+import signal
+import subprocess
 from collections.abc import Iterator
+from typing import Any
 
 from serve_app.config import load_serve_config
 from serve_app.testing import local_serve
@@ -43,3 +47,13 @@ def serving(args: argparse.Namespace, name: str) -> Iterator[str]:
     with local_serve.running(args.port, object_store_mb=args.object_store_mb or None) as url:
         local_serve.deploy(name, "/", app_of(args.config)["args"])
         yield url
+
+
+def stop_process_group(proc: subprocess.Popen[Any], sig: int = signal.SIGTERM, timeout_s: float = 60.0) -> None:
+    """Stops a server started with ``start_new_session=True``: ``sig`` to its whole process group,
+    then ``SIGKILL`` if it has not exited within ``timeout_s`` seconds."""
+    os.killpg(proc.pid, sig)
+    try:
+        proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)

@@ -27,6 +27,8 @@ from pathlib import Path
 
 import httpx
 
+from serve_app.bench.harness import stop_process_group
+
 ROOT = Path(__file__).resolve().parents[2]
 CLIP = ROOT / "tests" / "data" / "intel_car-detection.mp4"
 READY = "model replica ready in"
@@ -90,11 +92,7 @@ def main(argv: list[str] | None = None) -> int:
                 r.raise_for_status()
                 bodies.append(r.json())
         finally:
-            os.killpg(proc.pid, signal.SIGINT)
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+            stop_process_group(proc, signal.SIGINT)  # like Ctrl-C on `serve run`
     doc = {
         "command": "python -m serve_app.bench.quickstart " + " ".join(argv if argv is not None else sys.argv[1:]),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),

@@ -29,6 +29,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from serve_app.bench.harness import stop_process_group
 from serve_app.bench.workload import OUTPUT_TOKENS, QUESTION, SYSTEM_PROMPT, WINDOW_S, Window, summary
 from serve_app.model_facts import COSMOS_REPETITION_PENALTY, COSMOS_TEMPERATURE, COSMOS_TOP_P
 
@@ -184,9 +185,5 @@ def vllm_serve_side(
             }
             logger.info("side %s: %.2f clips/s", name, len(batch) / wall)
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+        stop_process_group(proc, signal.SIGTERM)
     return sides
