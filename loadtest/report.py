@@ -33,7 +33,7 @@ SCHEMA_VERSION = 1
 
 def now_iso() -> str:
     """The current UTC time, ISO 8601, seconds precision."""
-    return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat()
+    return dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat()
 
 
 def criteria_of(settings) -> Criteria:

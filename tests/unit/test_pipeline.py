@@ -67,7 +67,7 @@ def unavailable() -> DeploymentUnavailableError:
         # Serve's wrapping of a dependency whose replica died (a killed decode replica).
         (lambda: chained(RayServeException("dependency failed"), wrapped(ActorDiedError())), 503, "overloaded", "7"),
         (lambda: TimeoutError(), 504, "timeout", None),
-        (lambda: asyncio.TimeoutError(), 504, "timeout", None),
+        (lambda: TimeoutError(), 504, "timeout", None),
         (lambda: InvalidRequestError("fps: bad", param="fps"), 400, "invalid_request_error", None),
         (lambda: wrapped(NotFoundError("no such file", param="video_path")), 404, "not_found", None),
         (lambda: OverloadedError("busy", retry_after_s=3), 503, "overloaded", "3"),
