@@ -237,13 +237,24 @@ def clip_source(video_url: str, config: AppConfig) -> ClipSource:
     param = VIDEO_URL_PARAM
     if video_url.startswith("data:"):
         return ClipSource(data=_data_url_bytes(video_url, config.limits.max_upload_bytes, param), name="data-url")
-    scheme = urlparse(video_url).scheme.lower()
+    limit = config.limits.max_url_chars
+    if len(video_url) > limit:
+        raise InvalidRequestError(
+            f"video_url is {len(video_url)} characters; the limit is {limit} (limits.max_url_chars; "
+            "data: URLs are bounded by limits.max_upload_bytes instead)",
+            param=param,
+        )
+    try:
+        parsed = urlparse(video_url)
+        parsed.port  # noqa: B018 - raises ValueError for a port out of range
+    except ValueError as e:  # e.g. "http://[::1/a.mp4": Invalid IPv6 URL
+        raise InvalidRequestError(f"video_url is not a valid URL ({e})", param=param) from None
+    scheme = parsed.scheme.lower()
     if scheme in NETWORK_SCHEMES:
         if "url" not in {f.name for f in dataclasses.fields(ClipSource)}:
             raise InvalidRequestError(f"{scheme} URLs are not supported by this server version", param=param)
         return ClipSource(url=video_url, name=video_url)  # type: ignore[call-arg]
     if scheme == "file":
-        parsed = urlparse(video_url)
         if parsed.netloc not in ("", "localhost"):
             raise InvalidRequestError("file:// URLs must name a local path (file:///...)", param=param)
         path = unquote(parsed.path)

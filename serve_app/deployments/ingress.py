@@ -65,6 +65,14 @@ from serve_app.errors import (
     internal_error,
     to_http,
 )
+from serve_app.guards import (  # security: request-level defences (issue 13)
+    AdmissionGuard,
+    BodyGuard,
+    ControlHeaderGuard,
+    SharedResult,
+    client_key,
+    log_safe,
+)
 from serve_app.metrics import IngressMetrics
 from serve_app.sources import ClipSource
 
@@ -191,6 +199,8 @@ class Ingress:
         self.api_key = ApiKey.from_env(self.config.api_key_env)
         self.metrics = IngressMetrics()
         self.started = int(time.time())
+        # security: one controller round trip per readiness_cache_s, shared by concurrent /readyz callers
+        self.readiness = SharedResult(lambda: asyncio.to_thread(serve.status), self.config.security.readiness_cache_s)
         logger.info(
             "ingress ready: API key %s", f"required (${self.config.api_key_env})" if self.api_key.enabled else "off"
         )
@@ -206,15 +216,23 @@ class Ingress:
                 response.headers[name] = value
             return response
 
-        async def reject(scope, receive, send, err: AuthenticationError) -> None:
+        async def reject(scope, receive, send, err: ServeAppError) -> None:
             headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
             rid = headers.get("x-request-id") or new_request_id()
-            self.metrics.requests.inc(tags={"route": "auth", "status": str(err.status)})
-            self.metrics.error("auth", err.type)
-            logger.info("request %s: %s %s rejected: %s", rid, scope.get("method"), scope.get("path"), err.message)
+            route = "auth" if isinstance(err, AuthenticationError) else "guard"
+            self.metrics.requests.inc(tags={"route": route, "status": str(err.status)})
+            self.metrics.error(route, err.type)
+            logger.info(
+                "request %s: %s %s rejected: %s",
+                log_safe(rid), scope.get("method"), log_safe(scope.get("path")), err.message,
+            )
             response = error_response(err, rid)
-            response.headers["WWW-Authenticate"] = "Bearer"
+            if isinstance(err, AuthenticationError):
+                response.headers["WWW-Authenticate"] = "Bearer"
             await response(scope, receive, send)
+
+        cfg, sec = self.config, self.config.security
+        upload = cfg.limits.max_upload_bytes
 
         return Starlette(
             routes=[
@@ -226,9 +244,32 @@ class Ingress:
                 Route(READY_ROUTE, self.readyz, methods=["GET"]),
             ],
             middleware=[
+                # security (issue 13): control headers, key, admission before the body, body deadline/limits
+                Middleware(ControlHeaderGuard, headers=sec.refused_headers, reject=reject),
                 Middleware(
                     ApiKeyMiddleware, api_key=self.api_key, exempt_paths={HEALTH_ROUTE, READY_ROUTE}, reject=reject
-                )
+                ),
+                Middleware(
+                    AdmissionGuard,
+                    paths={QUERY_ROUTE, CHAT_ROUTE},
+                    max_in_flight=cfg.ingress.max_ongoing_requests,
+                    max_per_client=sec.max_requests_per_client,
+                    client_key=lambda scope, headers: client_key(
+                        scope, headers, sec.client_identity, self.api_key.enabled
+                    ),
+                    retry_after_s=cfg.limits.retry_after_s,
+                    reject=reject,
+                ),
+                Middleware(
+                    BodyGuard,
+                    max_bytes={QUERY_ROUTE: upload + FORM_OVERHEAD_BYTES, CHAT_ROUTE: upload * 4 // 3 + FORM_OVERHEAD_BYTES},
+                    timeout_s=sec.body_timeout_s,
+                    min_rate_bytes_s=sec.body_min_rate_bytes_s,
+                    large_body_bytes=sec.large_body_bytes,
+                    max_large_bodies=sec.max_large_bodies,
+                    retry_after_s=cfg.limits.retry_after_s,
+                    reject=reject,
+                ),
             ],
             exception_handlers={HTTPException: http_error},
         )
@@ -248,7 +289,7 @@ class Ingress:
         rid = request.headers.get("x-request-id") or new_request_id()
         app_name = serve.get_replica_context().app_name
         try:
-            status = await asyncio.to_thread(serve.status)
+            status, reads = await self.readiness.get()  # security: cached ~1 s (issue 13, item 10)
         except Exception as e:  # noqa: BLE001 - the controller is unreachable or restarting
             logger.warning("readyz: cannot read Serve's status: %r", e)
             err = NotReadyError("not ready: Serve's controller did not answer", retry_after_s=5)
@@ -262,7 +303,7 @@ class Ingress:
             detail = ", ".join(waiting) if waiting else f"application {app_name!r}"
             err = NotReadyError(f"not ready: no running replica yet for {detail}", retry_after_s=5)
             return error_response(err, rid)
-        return JSONResponse({"status": "ready", "running_replicas": running})
+        return JSONResponse({"status": "ready", "running_replicas": running, "status_reads": reads})
 
     async def models(self, request: Request) -> Response:
         """``GET /v1/models``: the served model (OpenAI's list shape)."""
@@ -322,7 +363,7 @@ class Ingress:
         self.metrics.finished(route, status, ms, err_type)
         logger.info(
             "request %s camera=%s %s -> %d%s in %.0f ms",
-            rid, camera or "-", route, status, f" ({err_type})" if err_type else "", ms,
+            log_safe(rid), log_safe(camera or "-"), route, status, f" ({err_type})" if err_type else "", ms,
         )
 
     async def _serve(self, request: Request, route: str, handler) -> Response:

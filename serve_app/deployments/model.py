@@ -21,11 +21,11 @@ from ray import serve
 
 from serve_app.config import AppConfig
 from serve_app.decoder import DecodedClip, describe
-from serve_app.engines.base import EngineDeadError, GenerationRequest, SamplingOptions, create_engine
-from serve_app.errors import ErrorInfo, OverloadedError, internal_error
+from serve_app.engine_limits import check_context, engine_error, text_tokens_estimate
+from serve_app.engines.base import GenerationRequest, SamplingOptions, create_engine
+from serve_app.errors import ErrorInfo, InvalidRequestError
 from serve_app.metrics import ModelMetrics
 from serve_app.prompt import render_prompt
-from serve_app.sampling import video_tokens
 from serve_app.streaming import coalesce_deltas
 
 logger = logging.getLogger("ray.serve")
@@ -88,12 +88,20 @@ class VideoModel:
             yield {"type": "error", "error": clip}
             return
         cfg = self.config
+        try:  # security: a clip that cannot fit the context is 400 before the engine (issue 13)
+            n_video = check_context(
+                clip.num_frames, clip.frames.shape[1], clip.frames.shape[2],
+                text_tokens_estimate(cfg.model.system_prompt, question), cfg.model.context_tokens,
+            )
+        except InvalidRequestError as e:
+            yield {"type": "error", "error": e.info()}
+            return
         yield {
             "type": "clip",
             "video": describe(clip),
             "warnings": clip.warnings,
             "decode_ms": clip.decode_ms,
-            "video_tokens": video_tokens(clip.num_frames, clip.frames.shape[1], clip.frames.shape[2]),
+            "video_tokens": n_video,
             "model": cfg.model.name,
             "random_weights": self.engine.random_weights,
         }
@@ -144,14 +152,9 @@ class VideoModel:
                         "model_ms": total_ms - (queue_ms or 0.0),
                         "ttft_ms": ttft_ms,
                     }
-        except EngineDeadError as e:
+        except Exception as e:  # noqa: BLE001 - one mapping: request's fault 400, engine's 503, else 500
             outcome = "error"
-            logger.error("request %s: engine dead: %s", request_id, e)
-            yield {"type": "error", "error": OverloadedError("the model replica is restarting; retry").info()}
-        except Exception:
-            outcome = "error"
-            logger.exception("request %s: engine failure", request_id)
-            yield {"type": "error", "error": internal_error(request_id)}
+            yield {"type": "error", "error": engine_error(e, request_id, cfg.limits.retry_after_s)}
         finally:
             if queued:
                 self.metrics.dequeued(None)
