@@ -40,6 +40,8 @@ VIDEO_FORMATS = frozenset(
 )
 
 
+#: The supported containers, for messages.
+SUPPORTED = "MP4/MOV, Matroska/WebM, AVI, MPEG-TS/PS, FLV, ASF, raw H.264/HEVC, MJPEG"
 #: Demuxers FFmpeg may use on bytes and files (uploads, data: URLs, fetched clips, paths): the
 #: video containers above, as FFmpeg's ``format_whitelist`` (checked when the input is opened,
 #: before the demuxer runs), so a playlist or description format (``sdp`` opens UDP sockets,
@@ -143,13 +145,15 @@ def open_container(
                 f"FFmpeg says: {reason}",
                 param=param,
             ) from e
-        raise UnsupportedMediaError(f"not a readable video container ({reason})", param=param) from e
+        raise UnsupportedMediaError(
+            f"not a readable video container (supported: {SUPPORTED}; FFmpeg says: {reason})", param=param
+        ) from e
     if container.format.name not in VIDEO_FORMATS:
         name = container.format.name
         container.close()
         raise UnsupportedMediaError(
             f"container format '{name}' is not a supported video format "
-            f"(supported: MP4/MOV, Matroska/WebM, AVI, MPEG-TS/PS, FLV, ASF, raw H.264/HEVC, MJPEG)",
+            f"(supported: {SUPPORTED})",
             param=param,
         )
     return container
