@@ -54,6 +54,9 @@ from serve_app.errors import (
 logger = logging.getLogger(__name__)
 
 Reject = Callable[[Scope, Receive, Send, ServeAppError], Awaitable[None]]
+#: Scope key a guard sets when it refused the request itself (so a 503 it caused is not read as the
+#: pipeline being full).
+REFUSED_BY_GUARD = "serve_app.refused_by_guard"
 T = TypeVar("T")
 
 
@@ -241,7 +244,7 @@ class AdmissionGuard:
                 st.per_client[key] = left
             else:
                 st.per_client.pop(key, None)
-            if outcome.get("overloaded"):
+            if outcome.get("overloaded") and not scope.get(REFUSED_BY_GUARD):
                 st.saturated_until = self.clock() + max(1, self.retry_after_s)
             elif "status" in outcome:  # a request came back from the pipeline: a slot may be free
                 st.saturated_until = 0.0
@@ -343,6 +346,7 @@ class BodyGuard:
         declared = int(declared_raw) if declared_raw.isdigit() else None
         if limit is not None and declared is not None and declared > limit:
             st.too_large += 1
+            scope[REFUSED_BY_GUARD] = True
             await self.reject(scope, receive, send, PayloadTooLargeError(
                 f"request body is {declared} bytes; the limit is {limit} bytes", param="video"
             ))
@@ -350,6 +354,7 @@ class BodyGuard:
         holds_large = False
         if declared is not None and declared > self.large_body_bytes:
             if st.large_in_flight >= self.max_large_bodies:
+                scope[REFUSED_BY_GUARD] = True
                 await self.reject(scope, receive, send, self._too_many_large())
                 return
             st.large_in_flight += 1
@@ -369,6 +374,7 @@ class BodyGuard:
             except TimeoutError:
                 st.timed_out += 1
                 done = True
+                scope[REFUSED_BY_GUARD] = True
                 raise RequestTimeoutError(
                     f"the request body arrived too slowly: {received} bytes in {self.clock() - t0:.0f} s "
                     f"(a body must arrive at {self.min_rate:.0f} bytes/s or more on average after the first "
@@ -382,12 +388,14 @@ class BodyGuard:
             if limit is not None and received > limit:
                 st.too_large += 1
                 done = True
+                scope[REFUSED_BY_GUARD] = True
                 raise PayloadTooLargeError(
                     f"request body exceeds the limit of {limit} bytes", param="video"
                 )
             if not holds_large and received > self.large_body_bytes:
                 if st.large_in_flight >= self.max_large_bodies:
                     done = True
+                    scope[REFUSED_BY_GUARD] = True
                     raise self._too_many_large()
                 st.large_in_flight += 1
                 holds_large = True

@@ -169,7 +169,12 @@ def parse_chat_request(body: Any, config: AppConfig) -> ChatQuery:
         "stream": req.stream,
         "camera_id": req.camera_id,
     }
-    query = validate_query({k: v for k, v in fields.items() if v is not None}, config)
+    try:
+        query = validate_query({k: v for k, v in fields.items() if v is not None}, config)
+    except InvalidRequestError as e:  # the question is the user message's text here
+        if e.param == "question":
+            e.param = "messages.0.content"
+        raise
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
     return ChatQuery(query=query, video_url=video_url, include_usage=include_usage)
 
