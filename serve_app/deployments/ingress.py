@@ -463,11 +463,9 @@ class Ingress:
             raise UnsupportedMediaError(f"content type {ctype or '(none)'!r} is not supported: send application/json")
         # A data: URL carries the clip in base64: 4 bytes per 3.
         raw = await read_body(request, cfg.limits.max_upload_bytes * 4 // 3 + FORM_OVERHEAD_BYTES)
-        body = parse_json_object(raw)
-        chat = openai_api.parse_chat_request(body, cfg)
+        chat, source = openai_api.parse_chat_body(raw, cfg)  # security: frees raw as it goes (issue 13)
         ctx["camera"] = chat.query.camera_id or ctx["camera"]
-        source = openai_api.clip_source(chat.video_url, cfg)
-        del raw, body
+        del raw
         try:
             run = await self._start(rid, source, chat.query, t0)
         except ServeAppError as e:  # the pipeline names its clip fields in /v1/video/query terms
