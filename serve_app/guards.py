@@ -13,8 +13,8 @@ callback (the ingress's, which counts and logs it):
   (``security.max_requests_per_client``: 429), before the body is read; Ray
   Serve's slot count is that plus ``security.reserved_slots``, so ``/healthz`` and
   ``/readyz`` never queue behind uploads. It also refuses a request before its
-  body when the pipeline behind is known to be full: the last clip request
-  was refused for load (503) and none has finished since.
+  body when the pipeline behind is known to be full: the last clip request to
+  end was refused for load (503) less than ``retry_after_s`` ago.
 * :class:`BodyGuard`: wraps ``receive``: a body must arrive within
   ``body_timeout_s + received / body_min_rate_bytes_s`` seconds (408), is counted
   as it streams and cut off at its route's limit (413, nothing more read, chunked
@@ -246,7 +246,7 @@ class AdmissionGuard:
                 st.per_client.pop(key, None)
             if outcome.get("overloaded") and not scope.get(REFUSED_BY_GUARD):
                 st.saturated_until = self.clock() + max(1, self.retry_after_s)
-            elif "status" in outcome:  # a request came back from the pipeline: a slot may be free
+            else:  # a request ended (answered, failed or abandoned by its client): a slot may be free
                 st.saturated_until = 0.0
 
 

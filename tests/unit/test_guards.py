@@ -295,3 +295,35 @@ def test_log_safe_escapes_control_characters(value, shown):
 def test_log_safe_cuts_long_values():
     out = log_safe("x" * 10_000, limit=50)
     assert out.startswith("x" * 50) and len(out) < 80
+
+
+def test_an_abandoned_request_ends_the_saturation_too():
+    """A request whose client gives up frees its slot down the pipeline (it is cancelled): after it,
+    new requests are admitted again although the last answer was a 503 for load."""
+
+    async def run():
+        abandon = asyncio.Event()
+
+        async def app(sc, receive, send):
+            kind = sc["path"]
+            if kind == "/q/held":
+                await abandon.wait()
+                raise asyncio.CancelledError  # the client went away: no response
+            status = 503 if kind == "/q/full" else 200
+            await send({"type": "http.response.start", "status": status, "headers": []})
+            await send({"type": "http.response.body", "body": b""})
+
+        guard = AdmissionGuard(app, {"/q/held", "/q/full", "/q/ok"}, max_in_flight=10, max_per_client=None,
+                               client_key=client_key, retry_after_s=60, reject=reject)
+        held = asyncio.create_task(call(guard, scope("/q/held"), chunks([])))
+        await asyncio.sleep(0.01)
+        full = await call(guard, scope("/q/full"), chunks([]))
+        refused = await call(guard, scope("/q/ok"), chunks([]))
+        abandon.set()
+        with pytest.raises(asyncio.CancelledError):
+            await held
+        admitted = await call(guard, scope("/q/ok"), chunks([]))
+        return full, refused, admitted
+
+    full, refused, admitted = asyncio.run(run())
+    assert (full[0], refused[0], admitted[0]) == (503, 503, 200)
