@@ -44,7 +44,6 @@ from serve_app.api import (
     FORM_OVERHEAD_BYTES,
     QueryRequest,
     new_request_id,
-    parse_json_object,
     parse_query,
     read_body,
     query_response,
@@ -262,7 +261,10 @@ class Ingress:
                 ),
                 Middleware(
                     BodyGuard,
-                    max_bytes={QUERY_ROUTE: upload + FORM_OVERHEAD_BYTES, CHAT_ROUTE: upload * 4 // 3 + FORM_OVERHEAD_BYTES},
+                    max_bytes={  # multipart: the clip + form overhead; chat: the clip in base64 (4 bytes per 3)
+                        QUERY_ROUTE: upload + FORM_OVERHEAD_BYTES,
+                        CHAT_ROUTE: upload * 4 // 3 + FORM_OVERHEAD_BYTES,
+                    },
                     timeout_s=sec.body_timeout_s,
                     min_rate_bytes_s=sec.body_min_rate_bytes_s,
                     large_body_bytes=sec.large_body_bytes,
