@@ -14,7 +14,8 @@ callback (the ingress's, which counts and logs it):
   Serve's slot count is that plus ``security.reserved_slots``, so ``/healthz`` and
   ``/readyz`` never queue behind uploads. It also refuses a request before its
   body when the pipeline behind is known to be full: the last clip request to
-  end was refused for load (503) less than ``retry_after_s`` ago.
+  end was refused by a full decoder or model queue (:func:`mark_pipeline_full`)
+  less than ``retry_after_s`` ago.
 * :class:`BodyGuard`: wraps ``receive``: a body must arrive within
   ``body_timeout_s + received / body_min_rate_bytes_s`` seconds (408), is counted
   as it streams and cut off at its route's limit (413, nothing more read, chunked
@@ -38,7 +39,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -54,9 +55,19 @@ from serve_app.errors import (
 logger = logging.getLogger(__name__)
 
 Reject = Callable[[Scope, Receive, Send, ServeAppError], Awaitable[None]]
-#: Scope key a guard sets when it refused the request itself (so a 503 it caused is not read as the
-#: pipeline being full).
-REFUSED_BY_GUARD = "serve_app.refused_by_guard"
+#: Scope key the route sets when the pipeline refused the request for load (a full decoder or model
+#: queue: Serve's ``BackPressureError``); see :func:`mark_pipeline_full`.
+PIPELINE_FULL = "serve_app.pipeline_full"
+
+
+def mark_pipeline_full(scope: Scope) -> None:
+    """Records on the request's scope that the pipeline refused it for load (a full queue).
+
+    :class:`AdmissionGuard` then refuses new clip requests before their body until a request
+    ends otherwise (at most ``retry_after_s``). A replica that died under a request is not load:
+    do not mark it.
+    """
+    scope[PIPELINE_FULL] = True
 T = TypeVar("T")
 
 
@@ -227,16 +238,8 @@ class AdmissionGuard:
             return
         st.in_flight += 1
         st.per_client[key] = st.per_client.get(key, 0) + 1
-        outcome: dict[str, Any] = {}
-
-        async def watch(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                outcome["status"] = message["status"]
-                outcome["overloaded"] = message["status"] == 503
-            await send(message)
-
         try:
-            await self.app(scope, receive, watch)
+            await self.app(scope, receive, send)
         finally:
             st.in_flight -= 1
             left = st.per_client.get(key, 1) - 1
@@ -244,7 +247,7 @@ class AdmissionGuard:
                 st.per_client[key] = left
             else:
                 st.per_client.pop(key, None)
-            if outcome.get("overloaded") and not scope.get(REFUSED_BY_GUARD):
+            if scope.get(PIPELINE_FULL):
                 st.saturated_until = self.clock() + max(1, self.retry_after_s)
             else:  # a request ended (answered, failed or abandoned by its client): a slot may be free
                 st.saturated_until = 0.0
@@ -346,7 +349,6 @@ class BodyGuard:
         declared = int(declared_raw) if declared_raw.isdigit() else None
         if limit is not None and declared is not None and declared > limit:
             st.too_large += 1
-            scope[REFUSED_BY_GUARD] = True
             await self.reject(scope, receive, send, PayloadTooLargeError(
                 f"request body is {declared} bytes; the limit is {limit} bytes", param="video"
             ))
@@ -354,7 +356,6 @@ class BodyGuard:
         holds_large = False
         if declared is not None and declared > self.large_body_bytes:
             if st.large_in_flight >= self.max_large_bodies:
-                scope[REFUSED_BY_GUARD] = True
                 await self.reject(scope, receive, send, self._too_many_large())
                 return
             st.large_in_flight += 1
@@ -374,7 +375,6 @@ class BodyGuard:
             except TimeoutError:
                 st.timed_out += 1
                 done = True
-                scope[REFUSED_BY_GUARD] = True
                 raise RequestTimeoutError(
                     f"the request body arrived too slowly: {received} bytes in {self.clock() - t0:.0f} s "
                     f"(a body must arrive at {self.min_rate:.0f} bytes/s or more on average after the first "
@@ -388,14 +388,12 @@ class BodyGuard:
             if limit is not None and received > limit:
                 st.too_large += 1
                 done = True
-                scope[REFUSED_BY_GUARD] = True
                 raise PayloadTooLargeError(
                     f"request body exceeds the limit of {limit} bytes", param="video"
                 )
             if not holds_large and received > self.large_body_bytes:
                 if st.large_in_flight >= self.max_large_bodies:
                     done = True
-                    scope[REFUSED_BY_GUARD] = True
                     raise self._too_many_large()
                 st.large_in_flight += 1
                 holds_large = True

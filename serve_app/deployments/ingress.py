@@ -71,6 +71,7 @@ from serve_app.guards import (  # security: request-level defences (issue 13)
     SharedResult,
     client_key,
     log_safe,
+    mark_pipeline_full,
 )
 from serve_app.metrics import IngressMetrics
 from serve_app.sources import ClipSource
@@ -383,6 +384,8 @@ class Ingress:
             raise
         except Exception as e:  # noqa: BLE001 - mapped to the one error shape
             err = client_error(e, rid, self.config.limits.retry_after_s)
+            if any(isinstance(c, BackPressureError) for c in _causes(e)):  # security: load is knowable
+                mark_pipeline_full(request.scope)
             status, _, _ = to_http(err)
             self._finished(route, rid, ctx["camera"], t0, status, err)
             return error_response(err, rid)

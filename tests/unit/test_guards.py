@@ -14,6 +14,7 @@ from serve_app.guards import (
     client_key,
     has_control_chars,
     log_safe,
+    mark_pipeline_full,
 )
 
 pytestmark = pytest.mark.unit
@@ -210,7 +211,10 @@ def test_a_refusal_for_load_refuses_the_next_request_before_its_body_until_one_f
         statuses = iter([503, 200, 200])
 
         async def app(sc, receive, send):
-            await send({"type": "http.response.start", "status": next(statuses), "headers": []})
+            status = next(statuses)
+            if status == 503:  # the route saw a full queue (BackPressureError)
+                mark_pipeline_full(sc)
+            await send({"type": "http.response.start", "status": status, "headers": []})
             await send({"type": "http.response.body", "body": b""})
 
         guard = AdmissionGuard(app, {"/q"}, max_in_flight=10, max_per_client=None, client_key=client_key,
@@ -297,6 +301,25 @@ def test_log_safe_cuts_long_values():
     assert out.startswith("x" * 50) and len(out) < 80
 
 
+def test_a_503_that_is_not_a_full_queue_does_not_refuse_the_next_request():
+    """A replica that died under a request is a 503 too, but says nothing about the queues."""
+
+    async def run():
+        async def app(sc, receive, send):
+            await send({"type": "http.response.start", "status": 503, "headers": []})
+            await send({"type": "http.response.body", "body": b""})
+
+        guard = AdmissionGuard(app, {"/q"}, max_in_flight=10, max_per_client=None, client_key=client_key,
+                               retry_after_s=60, reject=reject)
+        await call(guard, scope("/q"), chunks([]))
+        receive = chunks([10])
+        await call(guard, scope("/q"), receive)
+        return guard, receive
+
+    guard, receive = asyncio.run(run())
+    assert guard.state.refused == {} and guard.state.saturated_until == 0.0
+
+
 def test_an_abandoned_request_ends_the_saturation_too():
     """A request whose client gives up frees its slot down the pipeline (it is cancelled): after it,
     new requests are admitted again although the last answer was a 503 for load."""
@@ -310,6 +333,8 @@ def test_an_abandoned_request_ends_the_saturation_too():
                 await abandon.wait()
                 raise asyncio.CancelledError  # the client went away: no response
             status = 503 if kind == "/q/full" else 200
+            if status == 503:
+                mark_pipeline_full(sc)
             await send({"type": "http.response.start", "status": status, "headers": []})
             await send({"type": "http.response.body", "body": b""})
 
