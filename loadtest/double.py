@@ -2,8 +2,9 @@
 
 It speaks the real API: the request is read and validated by the real
 :func:`serve_app.api.parse_query` (uploads read in full, the same limits and
-errors), and the response is built by the real :func:`serve_app.api.query_response`
-(same JSON, same server-sent events). It does not decode video nor run a
+errors), and the response is built by the real :class:`serve_app.api.QueryResponse`
+(same JSON, same server-sent events; the clip is a simulated
+:class:`~serve_app.protocol.VideoInfo` with a warning saying so). It does not decode video nor run a
 model: each request waits ``service_ms`` (optionally behind a
 ``max_concurrency`` semaphore, which makes it a server of known capacity:
 ``max_concurrency / service_ms`` requests per second), then streams
@@ -16,7 +17,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import logging
 import math
 import os
@@ -39,19 +39,23 @@ def build_double(service_ms: float = 50.0, token_ms: float = 0.0, max_concurrenc
     """
     from starlette.applications import Starlette
     from starlette.requests import Request
-    from starlette.responses import JSONResponse, StreamingResponse
+    from starlette.responses import JSONResponse, Response, StreamingResponse
     from starlette.routing import Route
 
-    from serve_app.api import new_request_id, parse_query, query_response, sampling_options
+    from serve_app.api import (
+        QueryClipEvent, QueryDeltaEvent, QueryDoneEvent, QueryResponse, parse_query, sampling_options,
+    )
     from serve_app.config import AppConfig, ModelConfig
     from serve_app.errors import ServeAppError, to_http
+    from serve_app.protocol import ClipInfo, Done, VideoInfo
+    from serve_app.serving.request_id import new_request_id
 
     config = AppConfig(model=ModelConfig(model_id="loadtest-double", allow_ignore_eos=True))
     sem = asyncio.Semaphore(max_concurrency) if max_concurrency > 0 else None
     stats = {"requests": 0, "bytes": 0}
 
-    def sse(obj) -> bytes:
-        return f"data: {obj if isinstance(obj, str) else json.dumps(obj)}\n\n".encode()
+    def sse(event) -> bytes:
+        return f"data: {event if isinstance(event, str) else event.model_dump_json()}\n\n".encode()
 
     async def query(request: Request):
         rid = request.headers.get("x-request-id") or new_request_id()
@@ -68,33 +72,40 @@ def build_double(service_ms: float = 50.0, token_ms: float = 0.0, max_concurrenc
         n_frames = max(2, min(q.max_frames or config.decode.max_frames, math.ceil(span * fps)))
         n_frames += n_frames % 2
         n_tokens = sampling_options(q, config).max_tokens
-        video = {"num_frames": n_frames, "frame_width": 756, "frame_height": 420, "fps": fps, "simulated": True}
+        video = VideoInfo(
+            num_frames=n_frames, frame_width=756, frame_height=420,
+            timestamps_s=[round((q.start_s or 0.0) + i / fps, 4) for i in range(n_frames)], padded_frames=0,
+            fps=fps, source_width=1280, source_height=720, source_fps=30.0, duration_s=span, rotation_deg=0,
+        )
+        info = ClipInfo(
+            video=video, warnings=("simulated by loadtest.double: no video was decoded",), decode_ms=0.0,
+            video_tokens=n_frames * 100, model="loadtest-double", random_weights=True,
+        )
         q_start = time.perf_counter()
         async with sem or contextlib.nullcontext():
             queue_ms = (time.perf_counter() - q_start) * 1000
             await asyncio.sleep(service_ms / 1000)
             ttft_ms = (time.perf_counter() - q_start) * 1000 - queue_ms
 
-            def body() -> dict:
-                return query_response(
-                    request_id=rid, model="loadtest-double", random_weights=True, text="x" * n_tokens,
-                    finish_reason="length", video=video, warnings=[], prompt_tokens=n_frames * 100 + 50,
-                    completion_tokens=n_tokens, video_tokens=n_frames * 100,
-                    timings={"decode_ms": 0.0, "queue_ms": queue_ms, "model_ms": service_ms + n_tokens * token_ms,
-                             "ttft_ms": ttft_ms, "total_ms": (time.perf_counter() - t0) * 1000},
+            def body(cls=QueryResponse):
+                done = Done(
+                    finish_reason="length", prompt_tokens=n_frames * 100 + 50, completion_tokens=n_tokens,
+                    queue_ms=queue_ms, model_ms=service_ms + n_tokens * token_ms, ttft_ms=ttft_ms,
                 )
+                return cls.build(rid, info, "x" * n_tokens, done, (time.perf_counter() - t0) * 1000)
 
             if not q.stream:
                 await asyncio.sleep(n_tokens * token_ms / 1000)
-                return JSONResponse(body(), headers={"x-request-id": rid})
+                return Response(body().model_dump_json(), media_type="application/json",
+                                headers={"x-request-id": rid})
 
             async def events():
-                yield sse({"type": "clip", "id": rid, "video": video, "warnings": []})
+                yield sse(QueryClipEvent(id=rid, video=video, warnings=list(info.warnings)))
                 for _ in range(n_tokens):
                     if token_ms:
                         await asyncio.sleep(token_ms / 1000)
-                    yield sse({"type": "delta", "text": "x"})
-                yield sse({"type": "done", **body()})
+                    yield sse(QueryDeltaEvent(text="x"))
+                yield sse(body(QueryDoneEvent))
                 yield sse("[DONE]")
 
             # Tokens stream outside the semaphore hold only when token_ms is 0 (the common capacity check).

@@ -1,4 +1,9 @@
-"""The HTTP API's request and response shapes (Ray-free; used by the ingress).
+"""The ``/v1/video/query`` request and response shapes (Ray-free; used by :mod:`serve_app.serving`).
+
+Requests: :class:`QueryRequest` (its clip and sampling fields, :class:`ClipQueryFields`,
+are shared with the chat route), read by :func:`parse_query`. Responses are pydantic
+models: :class:`QueryResponse`, and the stream's :class:`QueryClipEvent`,
+:class:`QueryDeltaEvent` and :class:`QueryDoneEvent`.
 
 ``POST /v1/video/query`` takes either ``multipart/form-data`` with a
 ``video`` file part, or ``application/json`` with ``video_path`` or
@@ -9,22 +14,19 @@ from __future__ import annotations
 
 import json
 import re
-import uuid
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serializer
 from starlette.exceptions import HTTPException
 from starlette.formparsers import MultiPartException
 from starlette.requests import ClientDisconnect, Request
 
 from serve_app.config import AppConfig
-from serve_app.decoder import SampleRequest
-from serve_app.engines.base import SamplingOptions
 from serve_app.guards import has_control_chars
 from serve_app.prompt import check_user_text
 from serve_app.errors import ClientClosedRequestError, InvalidRequestError, PayloadTooLargeError, UnsupportedMediaError
+from serve_app.protocol import ClipInfo, ClipSource, Done, SampleRequest, SamplingOptions, VideoInfo
 from serve_app.reasoning import split_reasoning
-from serve_app.sources import ClipSource
 
 #: Multipart overhead allowed on top of the upload limit (boundaries, other fields), in bytes.
 FORM_OVERHEAD_BYTES = 1 << 20
@@ -123,20 +125,16 @@ def parse_json_object(raw: bytes | bytearray) -> dict[str, Any]:
     return body
 
 
-class QueryRequest(BaseModel):
-    """Fields of a clip query (multipart form fields or JSON keys)."""
+class ClipQueryFields(BaseModel):
+    """The fields the query and chat requests share: clip window, frame sampling, token sampling.
+
+    Both routes validate these with the same bounds (the configured limits are checked
+    afterwards by :func:`validate_query`).
+    """
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    question: str = Field(..., min_length=1, description="The question about the clip.")
-    video_path: str | None = Field(None, description="JSON only: a file under an allowed root.")
-    video_url: str | None = Field(
-        None,
-        min_length=1,
-        description="JSON only: an http(s):// URL of the clip, or an rtsp:// camera (a live capture of "
-        "end_s, default sources.rtsp_capture_s, seconds).",
-    )
-    fps: float | None = Field(None, gt=0, le=30, description="Sampling rate in frames/s (default 4).")
+    fps: float | None = Field(None, gt=0, le=30, description="Frame sampling rate in frames/s (default 4).")
     max_frames: int | None = Field(None, ge=2, description="Cap on sampled frames (default 128).")
     start_s: float | None = Field(None, ge=0, description="Window start in clip seconds.")
     end_s: float | None = Field(None, gt=0, description="Window end in clip seconds.")
@@ -150,12 +148,36 @@ class QueryRequest(BaseModel):
     camera_id: str | None = Field(None, max_length=128, description="Camera label for logs and metrics.")
 
 
-def _validation_error(e: ValidationError) -> InvalidRequestError:
-    err = e.errors()[0]
-    param = ".".join(str(x) for x in err.get("loc", ())) or None
+class QueryRequest(ClipQueryFields):
+    """Fields of a clip query (multipart form fields or JSON keys)."""
+
+    question: str = Field(..., min_length=1, description="The question about the clip.")
+    video_path: str | None = Field(None, description="JSON only: a file under an allowed root.")
+    video_url: str | None = Field(
+        None,
+        min_length=1,
+        description="JSON only: an http(s):// URL of the clip, or an rtsp:// camera (a live capture of "
+        "end_s, default sources.rtsp_capture_s, seconds).",
+    )
+
+
+def validation_error(e: ValidationError, unknown: str = "unknown field") -> InvalidRequestError:
+    """The 400 for a pydantic validation failure, naming the field at fault.
+
+    With unions (e.g. chat ``content``: text or a list of parts) pydantic reports every
+    branch; the deepest error is the one about what the client sent, and the branch
+    names (``list[ContentPart]``, ``str``) are dropped from the field path.
+
+    Args:
+        e: the validation error.
+        unknown: the message for a field the model does not know.
+    """
+    err = max(e.errors(), key=lambda x: len(x.get("loc", ())))
+    loc = [str(x) for x in err.get("loc", ())]
+    param = ".".join(x for x in loc if not any(c in x for c in "[]()") and x != "str") or None
     msg = err.get("msg", "invalid value")
     if err.get("type") == "extra_forbidden":
-        msg = "unknown field"
+        msg = unknown
     return InvalidRequestError(f"{param}: {msg}" if param else msg, param=param)
 
 
@@ -169,7 +191,7 @@ def validate_query(fields: dict[str, Any], config: AppConfig) -> QueryRequest:
     try:
         q = QueryRequest.model_validate(fields)
     except ValidationError as e:
-        raise _validation_error(e) from None
+        raise validation_error(e) from None
     lim = config.limits
     if len(q.question) > lim.max_question_chars:
         raise InvalidRequestError(
@@ -286,7 +308,7 @@ async def parse_query(request: Request, config: AppConfig) -> tuple[QueryRequest
     )
 
 
-def sample_request(q: QueryRequest, config: AppConfig) -> SampleRequest:
+def sample_request(q: ClipQueryFields, config: AppConfig) -> SampleRequest:
     """The decoder's sampling settings for a query (config defaults filled in)."""
     return SampleRequest(
         fps=q.fps or config.decode.fps,
@@ -296,7 +318,7 @@ def sample_request(q: QueryRequest, config: AppConfig) -> SampleRequest:
     )
 
 
-def sampling_options(q: QueryRequest, config: AppConfig) -> SamplingOptions:
+def sampling_options(q: ClipQueryFields, config: AppConfig) -> SamplingOptions:
     """Generation settings for a query: request overrides over the recipe defaults."""
     d = config.model.sampling
     return SamplingOptions(
@@ -309,56 +331,112 @@ def sampling_options(q: QueryRequest, config: AppConfig) -> SamplingOptions:
     )
 
 
-def new_request_id() -> str:
-    """A fresh request id (``vq-`` + 24 hex digits)."""
-    return "vq-" + uuid.uuid4().hex[:24]
-
-
 RANDOM_WEIGHTS_NOTE = (
     "This model has random weights (a generated test checkpoint or vLLM dummy weights): "
     "the pipeline is real, the text is meaningless."
 )
 
 
-def query_response(
-    *,
-    request_id: str,
-    model: str,
-    random_weights: bool,
-    text: str,
-    finish_reason: str | None,
-    video: dict,
-    warnings: list[str],
-    prompt_tokens: int | None,
-    completion_tokens: int,
-    video_tokens: int | None,
-    timings: dict[str, float | None],
-) -> dict:
-    """The JSON body of a completed ``/v1/video/query``."""
-    parsed = split_reasoning(text)
-    body: dict[str, Any] = {
-        "id": request_id,
-        "object": "video.query",
-        "model": model,
-        "random_weights": random_weights,
-        "answer": parsed.answer,
-        "reasoning": parsed.reasoning,
-        "format_followed": parsed.format_followed,
-        "text": text,
-        "finish_reason": finish_reason,
-        "video": video,
-        "warnings": list(warnings),
-        "usage": {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": (prompt_tokens or 0) + completion_tokens,
-            "video_tokens": video_tokens,
-        },
-        "timings": {k: (None if v is None else round(v, 2)) for k, v in timings.items()},
-    }
-    note = parsed.note()
-    if note:
-        body["format_note"] = note
-    if random_weights:
-        body["note"] = RANDOM_WEIGHTS_NOTE
-    return body
+def _ms(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)
+
+
+class QueryUsage(BaseModel):
+    """Token counts of a ``/v1/video/query`` answer."""
+
+    prompt_tokens: int | None = Field(..., description="Prompt tokens (video tokens included); null if unknown.")
+    completion_tokens: int = Field(..., description="Generated tokens.")
+    total_tokens: int = Field(..., description="prompt_tokens (0 if unknown) + completion_tokens.")
+    video_tokens: int | None = Field(..., description="Tokens the clip takes in the prompt.")
+
+
+class QueryTimings(BaseModel):
+    """Where the time of a ``/v1/video/query`` went, milliseconds (2 decimals; null: not measured)."""
+
+    decode_ms: float | None = Field(..., description="Decoder wall time.")
+    queue_ms: float | None = Field(..., description="Wait in the engine before generation started.")
+    model_ms: float | None = Field(..., description="Generation time after the queue.")
+    ttft_ms: float | None = Field(..., description="Time from the engine call to the first token.")
+    total_ms: float | None = Field(..., description="Ingress wall time, request in to answer out.")
+
+
+class QueryResponse(BaseModel):
+    """The JSON body of a completed ``/v1/video/query`` (``format_note`` and ``note`` only when set)."""
+
+    id: str = Field(..., description="The request id (also the X-Request-Id response header).")
+    object: Literal["video.query"] = "video.query"
+    model: str = Field(..., description="The served model name.")
+    random_weights: bool = Field(..., description="True when the text is meaningless (random weights).")
+    answer: str | None = Field(..., description="The <answer> part of the text, if the model followed the format.")
+    reasoning: str | None = Field(..., description="The <think> part of the text, if any.")
+    format_followed: bool = Field(..., description="True when the text has the <think>/<answer> format.")
+    text: str = Field(..., description="The whole generated text.")
+    finish_reason: str | None = Field(..., description="stop, length or abort (the engine's); null if unknown.")
+    video: VideoInfo
+    warnings: list[str] = Field(..., description="Notes from decoding (e.g. where decoding stopped).")
+    usage: QueryUsage
+    timings: QueryTimings
+    format_note: str | None = Field(None, description="Why the format was not followed (omitted when it was).")
+    note: str | None = Field(None, description="The random-weights note (omitted for real weights).")
+
+    @model_serializer(mode="wrap")
+    def _omit_unset_notes(self, handler):
+        body = handler(self)
+        for key in ("format_note", "note"):
+            if body.get(key) is None:
+                body.pop(key, None)
+        return body
+
+    @classmethod
+    def build(cls, request_id: str, info: ClipInfo, text: str, done: Done, total_ms: float) -> QueryResponse:
+        """The body for ``text`` generated about the clip ``info``, finished with ``done``."""
+        parsed = split_reasoning(text)
+        return cls(
+            id=request_id,
+            model=info.model,
+            random_weights=info.random_weights,
+            answer=parsed.answer,
+            reasoning=parsed.reasoning,
+            format_followed=parsed.format_followed,
+            text=text,
+            finish_reason=done.finish_reason,
+            video=info.video,
+            warnings=list(info.warnings),
+            usage=QueryUsage(
+                prompt_tokens=done.prompt_tokens,
+                completion_tokens=done.completion_tokens,
+                total_tokens=(done.prompt_tokens or 0) + done.completion_tokens,
+                video_tokens=info.video_tokens,
+            ),
+            timings=QueryTimings(
+                decode_ms=_ms(info.decode_ms),
+                queue_ms=_ms(done.queue_ms),
+                model_ms=_ms(done.model_ms),
+                ttft_ms=_ms(done.ttft_ms),
+                total_ms=_ms(total_ms),
+            ),
+            format_note=parsed.note() or None,
+            note=RANDOM_WEIGHTS_NOTE if info.random_weights else None,
+        )
+
+
+class QueryClipEvent(BaseModel):
+    """First event of a ``/v1/video/query`` stream: what was sampled."""
+
+    type: Literal["clip"] = "clip"
+    id: str = Field(..., description="The request id.")
+    video: VideoInfo
+    warnings: list[str]
+
+
+class QueryDeltaEvent(BaseModel):
+    """Newly generated text in a ``/v1/video/query`` stream."""
+
+    type: Literal["delta"] = "delta"
+    text: str
+
+
+class QueryDoneEvent(QueryResponse):
+    """Last event of a ``/v1/video/query`` stream: the whole response, with ``"type": "done"``."""
+
+    type: Literal["done"] = "done"

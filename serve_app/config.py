@@ -237,6 +237,15 @@ class ModelConfig(_Model):
         description="vllm backend: threads running vLLM's input processing (HF processor) off the replica's "
         "event loop, several clips at once. 0: inline in the event loop, as plain vLLM does.",
     )
+    pixel_handoff: Literal["as_is", "bf16", "bf16_cpu"] = Field(
+        "as_is",
+        description="vllm backend, with preprocess_threads > 0: how the processed pixel tensor "
+        "(pixel_values_videos, float32 from the HF processor) is handed to vLLM's engine core. `as_is`: "
+        "unchanged (with the GPU processor vLLM copies it GPU -> CPU on the replica's event loop while "
+        "serialising); `bf16`: cast to bfloat16 in the preprocessing thread (half the bytes; the vision "
+        "tower casts to bf16 first anyway, so the numbers are identical); `bf16_cpu`: cast and copy to "
+        "host memory in the preprocessing thread, so the event loop only hands over host bytes.",
+    )
     device: str = Field("cpu", description="torch device of the transformers backend.")
     max_concurrent_requests: int = Field(
         1, ge=1, description="transformers backend: requests generated at once (a lock; CPU generate is serial)."

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
 
 
 class ServeAppError(Exception):
@@ -28,7 +30,7 @@ class ServeAppError(Exception):
         self.param = param
         self.headers = dict(headers or {})
 
-    def info(self) -> "ErrorInfo":
+    def info(self) -> ErrorInfo:
         """This error as a picklable value for crossing deployment handles."""
         return ErrorInfo(
             status=self.status, type=self.type, message=self.message, param=self.param, headers=self.headers
@@ -143,8 +145,38 @@ def internal_error(request_id: str | None = None) -> ErrorInfo:
     return ErrorInfo(500, "internal_error", f"internal error; see server logs for request id {rid}")
 
 
+class ErrorDetail(BaseModel):
+    """The ``error`` object of every error body."""
+
+    type: str = Field(..., description="Error kind, e.g. invalid_request_error (see the classes above).")
+    message: str = Field(..., description="What was wrong and what the limit is; never the input's bytes.")
+    param: str | None = Field(..., description="The request field at fault, or null.")
+
+
+class ErrorResponse(BaseModel):
+    """The JSON body of every error response: ``{"error": {"type", "message", "param"}}``."""
+
+    error: ErrorDetail
+
+
+class ErrorEvent(ErrorResponse):
+    """An error inside a ``/v1/video/query`` event stream: the error body plus ``"type": "error"``."""
+
+    type: Literal["error"] = "error"
+
+
+def error_value(err: ServeAppError | ErrorInfo) -> ErrorInfo:
+    """``err`` as a value (an :class:`ErrorInfo` is returned as it is)."""
+    return err.info() if isinstance(err, ServeAppError) else err
+
+
+def error_body(err: ServeAppError | ErrorInfo) -> ErrorResponse:
+    """The JSON body of an error (exception or value)."""
+    info = error_value(err)
+    return ErrorResponse(error=ErrorDetail(type=info.type, message=info.message, param=info.param))
+
+
 def to_http(err: ServeAppError | ErrorInfo) -> tuple[int, dict[str, Any], dict[str, str]]:
     """Maps an error (exception or value) to ``(status, json_body, headers)``."""
-    info = err.info() if isinstance(err, ServeAppError) else err
-    body = {"error": {"type": info.type, "message": info.message, "param": info.param}}
-    return info.status, body, dict(info.headers)
+    info = error_value(err)
+    return info.status, error_body(info).model_dump(), dict(info.headers)

@@ -20,20 +20,19 @@ from __future__ import annotations
 
 import binascii
 import dataclasses
-import time
-import uuid
 from typing import Any, Literal
 from urllib.parse import unquote, urlparse
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serializer
 
-from serve_app.api import QueryRequest, parse_json_object, validate_query
+from serve_app.api import ClipQueryFields, QueryRequest, parse_json_object, validate_query, validation_error
 from serve_app.config import AppConfig
 from serve_app.errors import InvalidRequestError, NotFoundError, PayloadTooLargeError
-from serve_app.sources import ClipSource
+from serve_app.protocol import ClipSource, Done
+from serve_app.sources import DEFAULT_PORTS
 
-#: URL schemes fetched by the decoder (network sources).
-NETWORK_SCHEMES = ("http", "https", "rtsp", "rtsps")
+#: URL schemes fetched by the decoder (network sources): those :func:`serve_app.sources.check_url` knows.
+NETWORK_SCHEMES = tuple(DEFAULT_PORTS)
 #: Media types accepted in a ``data:`` URL (an empty type is accepted too: the decoder sniffs the container).
 DATA_MEDIA_PREFIXES = ("video/", "application/octet-stream")
 
@@ -70,29 +69,22 @@ class StreamOptions(_Strict):
     include_usage: bool = Field(False, description="Send a last chunk with token usage and no choices.")
 
 
-class ChatCompletionRequest(_Strict):
-    """The accepted body of ``POST /v1/chat/completions`` (unknown fields: 400)."""
+class ChatCompletionRequest(ClipQueryFields):
+    """The accepted body of ``POST /v1/chat/completions`` (unknown fields: 400).
+
+    OpenAI's fields, plus the clip and sampling fields shared with ``/v1/video/query``
+    (:class:`serve_app.api.ClipQueryFields`; ``repetition_penalty``, ``ignore_eos``,
+    ``fps``, ``max_frames``, ``start_s``, ``end_s`` and ``camera_id`` are vLLM-style
+    ``extra_body`` extensions).
+    """
 
     model: str = Field(..., min_length=1, description="Must name the served model (GET /v1/models).")
     messages: list[ChatMessage] = Field(..., min_length=1, description="One user message (optionally after system).")
-    stream: bool = Field(False, description="Stream chat.completion.chunk objects as server-sent events.")
     stream_options: StreamOptions | None = Field(None, description="Streaming options.")
-    max_tokens: int | None = Field(None, ge=1, description="Output budget in tokens (legacy name).")
     max_completion_tokens: int | None = Field(None, ge=1, description="Output budget in tokens.")
-    temperature: float | None = Field(None, ge=0, le=2, description="Sampling temperature.")
-    top_p: float | None = Field(None, gt=0, le=1, description="Nucleus sampling mass.")
-    seed: int | None = Field(None, ge=0, le=2**63 - 1, description="RNG seed (0 … 2**63 - 1).")
     n: Literal[1] = Field(1, description="Number of choices: only 1 is served.")
     stop: str | list[str] | None = Field(None, description="Stop sequences: not supported (must be empty).")
     user: str | None = Field(None, max_length=256, description="End-user label (logged).")
-    # Extensions (vLLM-style extra_body fields).
-    repetition_penalty: float | None = Field(None, gt=0, le=2, description="Repetition penalty.")
-    ignore_eos: bool = Field(False, description="Benchmark-only; needs model.allow_ignore_eos.")
-    fps: float | None = Field(None, gt=0, le=30, description="Sampling rate in frames/s.")
-    max_frames: int | None = Field(None, ge=2, description="Cap on sampled frames.")
-    start_s: float | None = Field(None, ge=0, description="Window start in clip seconds.")
-    end_s: float | None = Field(None, gt=0, description="Window end in clip seconds.")
-    camera_id: str | None = Field(None, max_length=128, description="Camera label for logs.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,19 +100,6 @@ class ChatQuery:
     query: QueryRequest
     video_url: str
     include_usage: bool
-
-
-def _validation_error(e: ValidationError) -> InvalidRequestError:
-    # With unions (content: str | list of parts) pydantic reports every branch; the deepest
-    # error is the one about what the client sent.
-    err = max(e.errors(), key=lambda x: len(x.get("loc", ())))
-    loc = [str(x) for x in err.get("loc", ())]
-    # Drop pydantic's union-branch names ("list[ContentPart]", "str") from the field path.
-    param = ".".join(x for x in loc if not any(c in x for c in "[]()") and x != "str") or None
-    msg = err.get("msg", "invalid value")
-    if err.get("type") == "extra_forbidden":
-        msg = "unknown or unsupported field"
-    return InvalidRequestError(f"{param}: {msg}" if param else msg, param=param)
 
 
 def parse_chat_request(body: Any, config: AppConfig) -> ChatQuery:
@@ -141,7 +120,7 @@ def parse_chat_request(body: Any, config: AppConfig) -> ChatQuery:
     try:
         req = ChatCompletionRequest.model_validate(body)
     except ValidationError as e:
-        raise _validation_error(e) from None
+        raise validation_error(e, unknown="unknown or unsupported field") from None
     if req.model != config.model.name:
         raise NotFoundError(
             f"model {req.model!r} is not served here; this server serves {config.model.name!r}", param="model"
@@ -149,25 +128,13 @@ def parse_chat_request(body: Any, config: AppConfig) -> ChatQuery:
     if req.stop:
         raise InvalidRequestError("stop sequences are not supported by this server", param="stop")
     question, video_url = _user_turn(req.messages)
-    if req.max_tokens is not None and req.max_completion_tokens is not None and req.max_tokens != req.max_completion_tokens:
+    both = req.max_tokens is not None and req.max_completion_tokens is not None
+    if both and req.max_tokens != req.max_completion_tokens:
         raise InvalidRequestError(
             "max_tokens and max_completion_tokens differ; give one of them", param="max_completion_tokens"
         )
-    fields = {
-        "question": question,
-        "max_tokens": req.max_completion_tokens or req.max_tokens,
-        "temperature": req.temperature,
-        "top_p": req.top_p,
-        "seed": req.seed,
-        "repetition_penalty": req.repetition_penalty,
-        "ignore_eos": req.ignore_eos,
-        "fps": req.fps,
-        "max_frames": req.max_frames,
-        "start_s": req.start_s,
-        "end_s": req.end_s,
-        "stream": req.stream,
-        "camera_id": req.camera_id,
-    }
+    shared = req.model_dump(include=set(ClipQueryFields.model_fields))
+    fields = {**shared, "question": question, "max_tokens": req.max_completion_tokens or req.max_tokens}
     try:
         query = validate_query({k: v for k, v in fields.items() if v is not None}, config)
     except InvalidRequestError as e:  # the question is the user message's text here
@@ -255,9 +222,7 @@ def clip_source(video_url: str, config: AppConfig) -> ClipSource:
         raise InvalidRequestError(f"video_url is not a valid URL ({e})", param=param) from None
     scheme = parsed.scheme.lower()
     if scheme in NETWORK_SCHEMES:
-        if "url" not in {f.name for f in dataclasses.fields(ClipSource)}:
-            raise InvalidRequestError(f"{scheme} URLs are not supported by this server version", param=param)
-        return ClipSource(url=video_url, name=video_url)  # type: ignore[call-arg]
+        return ClipSource(url=video_url, name=video_url)
     if scheme == "file":
         if parsed.netloc not in ("", "localhost"):
             raise InvalidRequestError("file:// URLs must name a local path (file:///...)", param=param)
@@ -318,79 +283,117 @@ def _data_url_bytes(url: str, max_bytes: int, param: str) -> bytes:
     return data
 
 
-def new_completion_id() -> str:
-    """A fresh completion id (``chatcmpl-`` + 24 hex digits)."""
-    return "chatcmpl-" + uuid.uuid4().hex[:24]
-
-
-def finish_reason(reason: str | None) -> str:
+def finish_reason(reason: str | None) -> Literal["stop", "length"]:
     """OpenAI's finish reason for an engine's (``stop``, ``length``; ``abort`` and unknown: ``stop``)."""
     return "length" if reason == "length" else "stop"
 
 
-def usage(prompt_tokens: int | None, completion_tokens: int) -> dict:
+class CompletionUsage(BaseModel):
     """OpenAI's ``usage`` object (token counts)."""
-    p = prompt_tokens or 0
-    return {"prompt_tokens": p, "completion_tokens": completion_tokens, "total_tokens": p + completion_tokens}
+
+    prompt_tokens: int = Field(..., description="Prompt tokens, video tokens included (0 if unknown).")
+    completion_tokens: int = Field(..., description="Generated tokens.")
+    total_tokens: int = Field(..., description="prompt_tokens + completion_tokens.")
+
+    @classmethod
+    def of(cls, prompt_tokens: int | None, completion_tokens: int) -> CompletionUsage:
+        """Usage from the engine's counts (an unknown prompt length counts 0)."""
+        p = prompt_tokens or 0
+        return cls(prompt_tokens=p, completion_tokens=completion_tokens, total_tokens=p + completion_tokens)
 
 
-def chat_completion(
-    *, completion_id: str, created: int, model: str, text: str, reason: str | None, prompt_tokens: int | None,
-    completion_tokens: int,
-) -> dict:
-    """A ``chat.completion`` object (``created``: Unix seconds)."""
-    return {
-        "id": completion_id,
-        "object": "chat.completion",
-        "created": created,
-        "model": model,
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": text},
-                "logprobs": None,
-                "finish_reason": finish_reason(reason),
-            }
-        ],
-        "usage": usage(prompt_tokens, completion_tokens),
-    }
+class AssistantMessage(BaseModel):
+    """The answer's message in a ``chat.completion``."""
+
+    role: Literal["assistant"] = "assistant"
+    content: str
 
 
-def chat_chunk(
-    *, completion_id: str, created: int, model: str, delta: dict | None = None, reason: str | None = None,
-    usage_obj: dict | None = None,
-) -> dict:
-    """A ``chat.completion.chunk`` object.
+class Choice(BaseModel):
+    """The one choice of a ``chat.completion``."""
 
-    ``delta=None`` with ``usage_obj`` gives the usage-only last chunk (``choices: []``);
-    ``reason`` marks the chunk that ends the choice.
+    index: int = 0
+    message: AssistantMessage
+    logprobs: None = None
+    finish_reason: Literal["stop", "length"]
+
+
+class ChatCompletion(BaseModel):
+    """OpenAI's ``chat.completion`` object (``created``: Unix seconds)."""
+
+    id: str = Field(..., description="chatcmpl-<request id>.")
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    choices: list[Choice]
+    usage: CompletionUsage
+
+    @classmethod
+    def build(cls, *, completion_id: str, created: int, model: str, done: Done, text: str) -> ChatCompletion:
+        """The completion of ``text``, finished with ``done``."""
+        return cls(
+            id=completion_id,
+            created=created,
+            model=model,
+            choices=[Choice(message=AssistantMessage(content=text), finish_reason=finish_reason(done.finish_reason))],
+            usage=CompletionUsage.of(done.prompt_tokens, done.completion_tokens),
+        )
+
+
+class ChoiceDelta(BaseModel):
+    """The ``delta`` of a chunk: ``{"role", "content"}`` first, ``{"content"}`` then, ``{}`` last.
+
+    Only the fields set are sent (``model_dump(exclude_unset=True)`` semantics, see
+    :class:`ChatCompletionChunk`).
     """
-    chunk: dict[str, Any] = {
-        "id": completion_id,
-        "object": "chat.completion.chunk",
-        "created": created,
-        "model": model,
-        "choices": [],
-    }
-    if delta is not None:
-        chunk["choices"] = [
-            {
-                "index": 0,
-                "delta": delta,
-                "logprobs": None,
-                "finish_reason": finish_reason(reason) if reason is not None else None,
-            }
-        ]
-    if usage_obj is not None:
-        chunk["usage"] = usage_obj
-    return chunk
+
+    role: Literal["assistant"] | None = None
+    content: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _only_set(self, handler):
+        body = handler(self)
+        return {k: v for k, v in body.items() if k in self.model_fields_set}
 
 
-def model_card(model: str, created: int | None = None) -> dict:
-    """``GET /v1/models/{model}``: OpenAI's model object (``created`` in Unix seconds)."""
-    return {"id": model, "object": "model", "created": int(created or time.time()), "owned_by": "cosmos-serve"}
+class ChunkChoice(BaseModel):
+    """The one choice of a ``chat.completion.chunk``."""
+
+    index: int = 0
+    delta: ChoiceDelta
+    logprobs: None = None
+    finish_reason: Literal["stop", "length"] | None = None
 
 
-def models_list(model: str, created: int | None = None) -> dict:
+class ChatCompletionChunk(BaseModel):
+    """OpenAI's ``chat.completion.chunk`` object; ``usage`` only on the usage-only last chunk."""
+
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int
+    model: str
+    choices: list[ChunkChoice]
+    usage: CompletionUsage | None = None
+
+    @model_serializer(mode="wrap")
+    def _omit_null_usage(self, handler):
+        body = handler(self)
+        if body.get("usage") is None:
+            body.pop("usage", None)
+        return body
+
+
+class ModelCard(BaseModel):
+    """OpenAI's model object (``created``: Unix seconds)."""
+
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str = "cosmos-serve"
+
+
+class ModelList(BaseModel):
     """``GET /v1/models``: the one served model."""
-    return {"object": "list", "data": [model_card(model, created)]}
+
+    object: Literal["list"] = "list"
+    data: list[ModelCard]

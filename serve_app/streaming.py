@@ -4,7 +4,7 @@ Every item a Serve streaming handle yields is a Ray object: at 64 clips in
 flight a GPU replica produces hundreds of one-token deltas per second, and
 shipping each separately costs the replica's event loop (the same loop that
 feeds the engine) more than the tokens are worth. :func:`coalesce_deltas`
-merges consecutive ``{"type": "delta"}`` chunks and lets one out per
+merges consecutive :class:`~serve_app.protocol.Delta` chunks and lets one out per
 interval; the first delta of a request passes at once (TTFT is unchanged),
 and every other chunk kind passes through in order. Ray Serve LLM does the
 same with a 50-ms default (``RAYLLM_MODEL_RESPONSE_BATCH_TIMEOUT_MS``,
@@ -14,10 +14,15 @@ same with a 50-ms default (``RAYLLM_MODEL_RESPONSE_BATCH_TIMEOUT_MS``,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from typing import TypeVar
+
+from serve_app.protocol import Delta
 
 _DONE = object()
+T = TypeVar("T")
 
 
 class _Failure:
@@ -25,20 +30,15 @@ class _Failure:
         self.error = error
 
 
-def _merge(pending: dict | None, delta: dict) -> dict:
-    if pending is None:
-        return dict(delta)
-    pending["text"] += delta["text"]
-    pending["completion_tokens"] = delta.get("completion_tokens", pending.get("completion_tokens"))
-    return pending
-
-
-async def coalesce_deltas(source: AsyncIterator[dict], interval_s: float) -> AsyncIterator[dict]:
-    """Yields ``source``'s chunks with delta chunks merged per ``interval_s`` seconds.
+async def coalesce_deltas(
+    source: AsyncIterator[T | Delta], interval_s: float, clock: Callable[[], float] = time.monotonic
+) -> AsyncIterator[T | Delta]:
+    """Yields ``source``'s chunks with :class:`Delta` chunks merged per ``interval_s`` seconds.
 
     Args:
-        source: chunk dicts with a ``type`` key; deltas carry ``text`` and ``completion_tokens``.
+        source: a chunk stream; :class:`Delta` items are merged, every other item passes in order.
         interval_s: the most often a merged delta is yielded (0: pass everything through).
+        clock: seconds from any fixed origin (tests inject a fake); :func:`time.monotonic` by default.
 
     Raises:
         Whatever ``source`` raises, after the deltas received before it.
@@ -61,16 +61,16 @@ async def coalesce_deltas(source: AsyncIterator[dict], interval_s: float) -> Asy
             queue.put_nowait(_DONE)
 
     task = asyncio.create_task(pump())
-    pending: dict | None = None
+    pending: Delta | None = None
     last_emit = -float("inf")
     try:
         while True:
-            timeout = None if pending is None else max(0.0, last_emit + interval_s - time.monotonic())
+            timeout = None if pending is None else max(0.0, last_emit + interval_s - clock())
             try:
                 item = await asyncio.wait_for(queue.get(), timeout)
             except TimeoutError:
                 yield pending
-                pending, last_emit = None, time.monotonic()
+                pending, last_emit = None, clock()
                 continue
             if item is _DONE:
                 if pending is not None:
@@ -80,13 +80,13 @@ async def coalesce_deltas(source: AsyncIterator[dict], interval_s: float) -> Asy
                 if pending is not None:
                     yield pending
                 raise item.error
-            if item.get("type") == "delta":
-                now = time.monotonic()
+            if isinstance(item, Delta):
+                now = clock()
                 if pending is None and now - last_emit >= interval_s:
                     yield item  # first token, or the stream was idle: no reason to wait
                     last_emit = now
                 else:
-                    pending = _merge(pending, item)
+                    pending = item if pending is None else pending.merge(item)
             else:
                 if pending is not None:
                     yield pending
@@ -95,7 +95,5 @@ async def coalesce_deltas(source: AsyncIterator[dict], interval_s: float) -> Asy
     finally:
         if not task.done():
             task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError, Exception):  # the consumer is leaving
                 await task
-            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - the consumer is leaving
-                pass

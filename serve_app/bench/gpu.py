@@ -3,17 +3,22 @@
 One command measures, on the same GPU and the same clip windows
 (:mod:`serve_app.bench.workload`):
 
+0. ``vllm_serve*`` (``--vllm-serve NAME=JSON``): plain ``vllm serve`` (vLLM's OpenAI
+   server, :mod:`serve_app.bench.vllm_serve`), each window file as a ``file://``
+   ``video_url``, with and without the per-request GPU processor;
 1. ``plain_default``: plain vLLM (``AsyncLLM``, the engine of vLLM's offline
    ``LLM`` class as well) with default engine settings, fed the decoded frames
    in ``multi_modal_data`` with ``mm_processor_kwargs={"fps": 4}``;
 2. ``plain_gpu_processor``: the same engine with
    ``mm_processor_kwargs={"fps": 4, "device": "cuda"}`` (the HF video
    processor on the GPU) — the best plain-vLLM configuration known;
-3. ``serve`` (and named variants): the project's whole Serve graph, clips
-   uploaded over HTTP (the 30-s file, multipart, with the window's
-   ``start_s``/``end_s``), decoded by the
-   decode tier, answered by a GPU replica, streamed (SSE) so TTFT is seen by
-   the client.
+3. ``serve`` (and named variants): the project's whole Serve graph, each window
+   file named as ``video_path`` (JSON), decoded by the decode tier, answered by a
+   GPU replica, streamed (SSE) so TTFT is seen by the client.
+
+Every side reads the same window files, cut once before the run
+(:func:`serve_app.bench.vllm_serve.cut_window_files`), and must report the same
+prompt token count: the bench exits 1 when they differ.
 
 Each side runs in its own process (the GPU is freed between sides). For each:
 clips/s and output tokens/s with ``--inflight`` clips submitted at once,
@@ -41,8 +46,6 @@ from serve_app.bench.workload import (
     OUTPUT_TOKENS,
     QUESTION,
     SYSTEM_PROMPT,
-    Window,
-    decode_window,
     summary,
     windows,
 )
@@ -97,7 +100,7 @@ def _result(name: str, wall_s: float, n: int, out_tokens: int, ttft: list[float]
 
 
 # --------------------------------------------------------------------- plain vLLM
-async def _plain_run(llm, prompts: list[dict], sampling, tag: str) -> tuple[float, int, list, list]:
+async def _plain_run(llm, prompts: list[dict], sampling, tag: str, prompt_tokens: list | None = None):
     t0 = time.perf_counter()
     ttft: list[float] = []
     e2e: list[float] = []
@@ -107,6 +110,8 @@ async def _plain_run(llm, prompts: list[dict], sampling, tag: str) -> tuple[floa
         nonlocal n_tokens
         first = None
         async for out in llm.generate(prompt, sampling, f"{tag}-{i}"):
+            if prompt_tokens is not None and first is None and out.prompt_token_ids is not None:
+                prompt_tokens.append(len(out.prompt_token_ids))
             if first is None and out.outputs and out.outputs[0].token_ids:
                 first = time.perf_counter() - t0
             n_tokens += len(out.outputs[0].token_ids)
@@ -117,7 +122,15 @@ async def _plain_run(llm, prompts: list[dict], sampling, tag: str) -> tuple[floa
     return time.perf_counter() - t0, n_tokens, ttft, e2e
 
 
-async def _plain_side(args, wins: list[Window]) -> dict:
+def decode_file(path: Path):
+    """Decodes one whole window file with the project's decoder (4 fps, Cosmos pixel budget)."""
+    from serve_app.config import DecodeConfig, LimitsConfig
+    from serve_app.decoder import SampleRequest, decode_clip
+
+    return decode_clip(path, SampleRequest(fps=4.0, max_frames=128), DecodeConfig(), LimitsConfig())
+
+
+async def _plain_side(args, files: list[Path]) -> dict:
     from vllm import SamplingParams
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.sampling_params import RequestOutputKind
@@ -133,7 +146,7 @@ async def _plain_side(args, wins: list[Window]) -> dict:
     sampling = SamplingParams(max_tokens=OUTPUT_TOKENS, ignore_eos=True, temperature=0.6, top_p=0.95,
                               repetition_penalty=1.05, output_kind=RequestOutputKind.DELTA)
     text = render_prompt(QUESTION, SYSTEM_PROMPT)
-    clips = [decode_window(w) for w in wins]
+    clips = [decode_file(f) for f in files]
     frames = [c.frames for c in clips]
     assert all(f.shape == (40, 420, 756, 3) for f in frames), [f.shape for f in frames]
     sides: dict[str, Any] = {}
@@ -141,24 +154,25 @@ async def _plain_side(args, wins: list[Window]) -> dict:
         "plain_default": {"fps": 4},
         "plain_gpu_processor": {"fps": 4, "device": "cuda"},
     }
-    offset = 0
     for name, mmk in variants.items():
         if args.only and name not in args.only:
             continue
         def prompts(fr):  # noqa: E306 - small closure
             return [{"prompt": text, "multi_modal_data": {"video": f}, "mm_processor_kwargs": mmk} for f in fr]
-        single = frames[offset : offset + args.single]
-        offset += args.single
-        batch = frames[offset : offset + args.inflight]
-        offset += args.inflight
+        # the same windows as every other side; no cache may carry one variant's work to the next
+        await llm.reset_prefix_cache()
+        await llm.reset_mm_cache()
+        single = frames[1 : 1 + args.single]
+        batch = frames[1 + args.single : 1 + args.single + args.inflight]
         # warm-up (not timed): one clip through the processor path of this variant
-        await _plain_run(llm, prompts(frames[-1:]), sampling, f"{name}-warm")
+        await _plain_run(llm, prompts(frames[:1]), sampling, f"{name}-warm")
         single_ttft, single_e2e = [], []
         for i, p in enumerate(prompts(single)):
             _, _, tt, ee = await _plain_run(llm, [p], sampling, f"{name}-single{i}")
             single_ttft += tt
             single_e2e += ee
-        wall, ntok, ttft, e2e = await _plain_run(llm, prompts(batch), sampling, name)
+        ptoks: list[int] = []
+        wall, ntok, ttft, e2e = await _plain_run(llm, prompts(batch), sampling, name, ptoks)
         sides[name] = {
             "engine": "vLLM AsyncLLM (plain, no project code)",
             "engine_args": engine_args,
@@ -166,7 +180,8 @@ async def _plain_side(args, wins: list[Window]) -> dict:
             "engine_start_s": round(start_s, 2),
             "gpu_memory_used_mib": mem,
             "single": {"ttft_s": summary(single_ttft), "e2e_s": summary(single_e2e)},
-            f"inflight_{len(batch)}": _result(name, wall, len(batch), ntok, ttft, e2e),
+            f"inflight_{len(batch)}": {**_result(name, wall, len(batch), ntok, ttft, e2e),
+                                       "server": {"prompt_tokens": sorted(set(ptoks))}},
         }
     llm.shutdown()
     return sides
@@ -188,29 +203,31 @@ def _serve_args(args, overrides: dict) -> dict:
     model.update(overrides.get("model", {}))
     model["engine_args"] = {**model["engine_args"], **BASE_ENGINE_ARGS, **overrides.get("engine_args", {})}
     model["processor_kwargs"] = {**model.get("processor_kwargs", {}), **overrides.get("processor_kwargs", {})}
-    cfg["sources"]["allowed_roots"] = [str(Path(args.clip).resolve().parent)]
+    cfg["sources"]["allowed_roots"] = [str(Path(args.windows_dir).resolve())]
     for key in ("ingress", "decoder", "model_replica"):
         cfg[key].update(overrides.get(key, {}))
     return cfg
 
 
-async def _http_run(url: str, wins: list[Window]) -> tuple[float, int, list, list, list]:
+def query_body(path: Path) -> dict[str, Any]:
+    """The graph's request for one window file (``video_path``, streamed, fixed output length)."""
+    return {"video_path": str(path), "question": QUESTION, "max_tokens": OUTPUT_TOKENS, "ignore_eos": True,
+            "stream": True}
+
+
+async def _http_run(url: str, files: list[Path]) -> tuple[float, int, list, list, list]:
     import httpx
 
     t0 = time.perf_counter()
     ttft, e2e, server = [], [], []
     n_tokens = 0
-    limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)
-    data = {w.clip: w.clip.read_bytes() for w in wins}
-    async with httpx.AsyncClient(timeout=600, limits=limits) as client:
+    limits = httpx.Limits(max_connections=512, max_keepalive_connections=512)
+    async with httpx.AsyncClient(timeout=900, limits=limits) as client:
 
-        async def one(w: Window):
+        async def one(path: Path):
             nonlocal n_tokens
             first = None
-            fields = {"question": QUESTION, "start_s": str(w.start_s), "end_s": str(w.end_s),
-                      "max_tokens": str(OUTPUT_TOKENS), "ignore_eos": "true", "stream": "true"}
-            files = {"video": (w.clip.name, data[w.clip], "video/mp4")}
-            async with client.stream("POST", f"{url}/v1/video/query", data=fields, files=files) as r:
+            async with client.stream("POST", f"{url}/v1/video/query", json=query_body(path)) as r:
                 if r.status_code != 200:
                     raise RuntimeError(f"HTTP {r.status_code}: {(await r.aread())[:300]!r}")
                 async for line in r.aiter_lines():
@@ -227,7 +244,7 @@ async def _http_run(url: str, wins: list[Window]) -> tuple[float, int, list, lis
             ttft.append(first if first is not None else float("nan"))
             e2e.append(time.perf_counter() - t0)
 
-        await asyncio.gather(*(one(w) for w in wins))
+        await asyncio.gather(*(one(f) for f in files))
     return time.perf_counter() - t0, n_tokens, ttft, e2e, server
 
 
@@ -238,7 +255,40 @@ def _server_breakdown(server: list[dict]) -> dict:
     return out
 
 
-async def _serve_side(args, wins: list[Window], name: str, overrides: dict) -> dict:
+def _engine_breakdown(path: Path, request_ids: set[str] | None = None) -> dict[str, Any]:
+    """Per-stage summaries (ms) of the engine timing rows (see ``vllm_engine.TIMINGS_ENV``)."""
+    if not path.exists():
+        return {}
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = [r for r in rows if r.get("completion_tokens") and (request_ids is None or r["request_id"] in request_ids)]
+    keys = ("preprocess_wait_ms", "processor_ms", "handoff_prep_ms", "frontend_ms", "engine_queue_ms",
+            "prefill_ms", "first_token_latency_ms", "decode_ms")
+    out: dict[str, Any] = {"requests": len(rows)}
+    for k in keys:
+        vals = [r[k] for r in rows if r.get(k) is not None]
+        if vals:
+            out[k] = summary(vals)
+    bytes_ = sorted({r.get("pixel_bytes") for r in rows if r.get("pixel_bytes")})
+    out["pixel_bytes"] = bytes_[:3]
+    return out
+
+
+def _profile(pid_pattern: str, seconds: int, out_svg: Path, out_txt: Path) -> subprocess.Popen | None:
+    """Starts ``py-spy record`` (flame graph, subprocesses included) on the first process matching."""
+    import shutil
+
+    spy = shutil.which("py-spy")
+    pids = subprocess.run(["pgrep", "-f", pid_pattern], capture_output=True, text=True).stdout.split()
+    if not spy or not pids:
+        logger.warning("profile: py-spy %s, pids %s", spy, pids)
+        return None
+    cmd = [spy, "record", "-p", pids[0], "--subprocesses", "--duration", str(seconds), "--rate", "50",
+           "--nonblocking", "-o", str(out_svg)]
+    logger.info("profile: %s", " ".join(cmd))
+    return subprocess.Popen(cmd, stdout=open(out_txt, "w"), stderr=subprocess.STDOUT)
+
+
+async def _serve_side(args, files: list[Path], name: str, overrides: dict) -> dict:
     import ray
     from ray import serve
 
@@ -246,6 +296,9 @@ async def _serve_side(args, wins: list[Window], name: str, overrides: dict) -> d
 
     port = args.port
     cfg = _serve_args(args, overrides)
+    timings = Path(args.out).with_suffix(f".{name}.engine.jsonl")
+    timings.unlink(missing_ok=True)
+    os.environ["COSMOS_SERVE_ENGINE_TIMINGS"] = str(timings.resolve())
     ray.init(include_dashboard=False, log_to_driver=bool(args.verbose))
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     t0 = time.perf_counter()
@@ -255,16 +308,25 @@ async def _serve_side(args, wins: list[Window], name: str, overrides: dict) -> d
     replica_start_s = await model.replica_start_s.remote()
     mem = gpu_memory_used_mib()
     url = f"http://127.0.0.1:{port}"
-    await _http_run(url, wins[-1:])  # warm-up (not timed)
-    single = wins[: args.single]
-    batch = wins[args.single : args.single + args.inflight]
+    await _http_run(url, files[:1])  # warm-up (not timed)
+    single = files[1 : 1 + args.single]
+    batch = files[1 + args.single : 1 + args.single + args.inflight]
     s_ttft, s_e2e, s_server = [], [], []
-    for w in single:
-        _, _, tt, ee, sv = await _http_run(url, [w])
+    for f in single:
+        _, _, tt, ee, sv = await _http_run(url, [f])
         s_ttft += tt
         s_e2e += ee
         s_server += sv
+    n_single_rows = len(timings.read_text().splitlines()) if timings.exists() else 0
+    spy = None
+    if args.profile_s and name in (args.profile or [name]):
+        spy = _profile("ServeReplica:bench:VideoModel", args.profile_s, Path(args.out).with_suffix(f".{name}.flame.svg"),
+                       Path(args.out).with_suffix(f".{name}.py-spy.log"))
     wall, ntok, ttft, e2e, server = await _http_run(url, batch)
+    if spy is not None:
+        spy.wait(timeout=args.profile_s + 60)
+    rows = timings.read_text().splitlines() if timings.exists() else []
+    batch_ids = {json.loads(r)["request_id"] for r in rows[n_single_rows:] if r.strip()}
     serve.shutdown()
     ray.shutdown()
     return {
@@ -279,29 +341,51 @@ async def _serve_side(args, wins: list[Window], name: str, overrides: dict) -> d
             "replica_start_s": round(replica_start_s, 2),
             "gpu_memory_used_mib": mem,
             "single": {"ttft_s": summary(s_ttft), "e2e_s": summary(s_e2e), "server": _server_breakdown(s_server)},
+            "request_body_example": query_body(batch[0]),
             f"inflight_{len(batch)}": {
                 **_result(name, wall, len(batch), ntok, ttft, e2e),
                 "server": _server_breakdown(server),
+                "engine": _engine_breakdown(timings, batch_ids),
             },
         }
     }
 
 
 # --------------------------------------------------------------------- driver
-def _side_main(args) -> None:
-    from serve_app.bench.workload import decode_window as _dw  # noqa: F401 - import check
-
+def window_files(args) -> list[Path]:
+    """The run's window files (cut once; reused when ``--windows-dir`` already holds them)."""
     import av
 
+    from serve_app.bench.vllm_serve import cut_window_files
+
+    n = 1 + args.single + args.inflight
+    out = Path(args.windows_dir)
+    files = [out / f"win-{i:03d}.mp4" for i in range(n)]
+    if all(f.exists() for f in files):
+        return files
     with av.open(args.clip) as c:
         duration = c.duration / 1e6
-    n = 1 + 2 * (args.single + args.inflight)
-    wins = windows(Path(args.clip).resolve(), n, duration)
+    return cut_window_files(windows(Path(args.clip).resolve(), n, duration), out)
+
+
+def _side_main(args) -> None:
+    files = window_files(args)
     if args.side == "plain":
-        result = asyncio.run(_plain_side(args, wins))
+        result = asyncio.run(_plain_side(args, files))
+    elif args.side.startswith("vllm_serve"):
+        from serve_app.bench.vllm_serve import vllm_serve_side
+
+        spec = json.loads(args.overrides or "{}")
+        variants = spec.get("variants") or {args.side: {}}
+        result = vllm_serve_side(
+            checkpoint=args.checkpoint, files=files, single=args.single, inflight=args.inflight, port=args.port,
+            flags=spec.get("flags", []), variants=variants,
+            log_path=Path(args.out).with_suffix(f".{args.side}.server.log"), result=_result,
+            gpu_memory=gpu_memory_used_mib,
+        )
     else:
         overrides = json.loads(args.overrides or "{}")
-        result = asyncio.run(_serve_side(args, wins, args.side, overrides))
+        result = asyncio.run(_serve_side(args, files, args.side, overrides))
     Path(args.part).write_text(json.dumps(result, indent=2))
 
 
@@ -320,7 +404,15 @@ def main(argv: list[str] | None = None) -> int:
                    help='Serve variant NAME=JSON, JSON = {"model": {...}, "engine_args": {...}, '
                         '"processor_kwargs": {...}, "model_replica": {...}, "decoder": {...}}; '
                         'default: one side named "serve" with the config as is')
-    p.add_argument("--no-plain", action="store_true", help="skip the plain vLLM sides")
+    p.add_argument("--vllm-serve", action="append", default=[],
+                   help='plain `vllm serve` side NAME=JSON, JSON = {"flags": [...], "variants": {VARIANT: '
+                        '{extra request fields}}}; one server per NAME, the variants run one after another')
+    p.add_argument("--windows-dir", default="/tmp/bench-windows", help="where the window files are cut (once)")
+    p.add_argument("--profile-s", type=int, default=0,
+                   help="py-spy record the model replica (with its engine core) for this many s during the "
+                        "in-flight phase of each Serve side (flame graph next to --out)")
+    p.add_argument("--profile", nargs="*", help="Serve sides to profile (default: all)")
+    p.add_argument("--no-plain", action="store_true", help="skip the plain AsyncLLM sides")
     p.add_argument("--only", nargs="*", help="plain variants to run (default: both)")
     p.add_argument("--verbose", action="store_true")
     # internal: one side per process
@@ -355,7 +447,13 @@ def main(argv: list[str] | None = None) -> int:
         },
         "sides": {},
     }
+    files = window_files(args)
+    report["workload"]["window_files"] = {"dir": str(Path(args.windows_dir).resolve()), "count": len(files),
+                                          "cut": "re-encoded H.264 (libx264 CRF 18), exactly the window's frames"}
     sides: list[tuple[str, str | None]] = []
+    for v in args.vllm_serve:
+        name, _, js = v.partition("=")
+        sides.append((name if name.startswith("vllm_serve") else f"vllm_serve_{name}", js or "{}"))
     if not args.no_plain:
         sides.append(("plain", None))
     variants = args.variant or ["serve={}"]
@@ -367,7 +465,10 @@ def main(argv: list[str] | None = None) -> int:
         cmd = [sys.executable, "-m", "serve_app.bench.gpu", "--side", side, "--part", str(part),
                "--checkpoint", args.checkpoint, "--clip", args.clip, "--serve-config", args.serve_config,
                "--inflight", str(args.inflight), "--single", str(args.single), "--port", str(args.port),
-               "--plain-engine-args", args.plain_engine_args]
+               "--plain-engine-args", args.plain_engine_args, "--windows-dir", args.windows_dir,
+               "--out", str(out_path), "--profile-s", str(args.profile_s)]
+        if args.profile:
+            cmd += ["--profile", *args.profile]
         if overrides:
             cmd += ["--overrides", overrides]
         if args.only:
@@ -383,8 +484,16 @@ def main(argv: list[str] | None = None) -> int:
         report.setdefault("side_wall_s", {})[side] = round(time.perf_counter() - t0, 1)
         out_path.write_text(json.dumps(report, indent=2))  # keep partial results
     report["table"] = table(report)
+    tokens = {name: side[k]["server"]["prompt_tokens"] for name, side in report["sides"].items() if "error" not in side
+              for k in side if k.startswith("inflight_") and "server" in side[k]}
+    report["prompt_tokens_by_side"] = tokens
+    same = len({tuple(v) for v in tokens.values()}) <= 1 and all(len(v) == 1 for v in tokens.values())
+    report["prompt_tokens_identical"] = same
     out_path.write_text(json.dumps(report, indent=2))
     print("\n".join(report["table"]))
+    if not same:
+        print(f"prompt token counts differ between sides: {tokens}")
+        return 1
     return 0
 
 

@@ -3,6 +3,7 @@
 # bundle is staged (bash .gpu-bundle/pK/stage.sh N; see README "GPU").
 #   bash serve_app/bench/gpu_machine.sh tests            # tests/gpu -> $OUT/gpu-junit.xml, gpu-tests.log
 #   bash serve_app/bench/gpu_machine.sh bench [ARGS]     # python -m serve_app.bench.gpu -> $OUT/gpu_bench.json
+#   bash serve_app/bench/gpu_machine.sh freeze           # the exact package set there -> $OUT/gpu-freeze.txt
 #   bash serve_app/bench/gpu_machine.sh serve CONFIG [key=value ...]   # serve run a derived config (background),
 #                                                        # returns once the app is RUNNING (<= 300 s)
 set -uo pipefail
@@ -16,6 +17,20 @@ case "$cmd" in
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu-info.txt"
     python3 -m pytest tests/gpu -v -p no:cacheprovider --junitxml="$OUT/gpu-junit.xml" "$@" 2>&1 \
       | tee "$OUT/gpu-tests.log" | grep -E "PASS|FAIL|ERROR|SKIP|passed|failed|error" ;;
+  freeze)
+    # Every distribution importable there (the image's and the bundle's in /root/site), as name==version.
+    python3 - <<'PY' > "$OUT/gpu-freeze.txt"
+import importlib.metadata as md, platform, sys
+seen = {}
+for d in md.distributions():
+    name = (d.metadata["Name"] or "").lower().replace("_", "-")
+    if name and name not in seen:
+        seen[name] = d.version
+print(f"# python {platform.python_version()} on {platform.machine()}; sys.path first: {sys.path[1:3]}")
+for n in sorted(seen):
+    print(f"{n}=={seen[n]}")
+PY
+    wc -l "$OUT/gpu-freeze.txt" ;;
   bench)
     python3 -m serve_app.bench.gpu --out "$OUT/gpu_bench.json" "$@" > "$OUT/bench.log" 2>&1
     rc=$?; grep -E "^\||Error|error|Traceback" "$OUT/bench.log" | tail -40; exit $rc ;;

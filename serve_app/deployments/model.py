@@ -1,13 +1,11 @@
-"""The model deployment: one engine per replica, streaming results as values.
+"""The model deployment: one engine per replica, streaming typed chunks.
 
-``generate`` receives the decoder's result directly (the ingress passes the
-decoder's ``DeploymentResponse`` through, so frames go from the decode
-replica to this one without a stop in the ingress) and yields plain dicts:
-
-* ``{"type": "clip", "video": {...}, "warnings": [...], "decode_ms": ...}`` first,
-  or ``{"type": "error", "error": ErrorInfo}`` (then nothing else);
-* ``{"type": "delta", "text": "...", "completion_tokens": n}`` as tokens arrive;
-* ``{"type": "done", "finish_reason": ..., "prompt_tokens": ..., ...}`` last.
+``generate`` receives a :class:`~serve_app.protocol.ClipQuestion` and the decoder's
+result: the ingress hands this deployment the decode's object ref, so Ray resolves
+it here and the frames go from the decode replica to this one without a stop in the
+ingress. The chunks (:data:`~serve_app.protocol.ModelChunk`) come from the Ray-free
+:func:`serve_app.generation.answer_stream`, merged per ``model.stream_interval_ms``
+(:mod:`serve_app.streaming`). The engine is shut down when the replica stops.
 """
 
 from __future__ import annotations
@@ -15,17 +13,17 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import AsyncIterator, Awaitable
 
 import numpy as np
 from ray import serve
 
 from serve_app.config import AppConfig
-from serve_app.decoder import DecodedClip, describe
-from serve_app.engine_limits import check_context, engine_error, text_tokens_estimate
-from serve_app.engines.base import GenerationRequest, SamplingOptions, create_engine
-from serve_app.errors import ErrorInfo, InvalidRequestError
+from serve_app.engines.base import Engine, GenerationRequest, create_engine
+from serve_app.generation import answer_stream, new_engine_request_id
 from serve_app.metrics import ModelMetrics
 from serve_app.prompt import render_prompt
+from serve_app.protocol import ClipQuestion, DecodedClip, ErrorInfo, ModelChunk, SamplingOptions
 from serve_app.streaming import coalesce_deltas
 
 logger = logging.getLogger("ray.serve")
@@ -59,7 +57,7 @@ class VideoModel:
     async def _warmup(self) -> None:
         frames = np.zeros((2, 336, 336, 3), dtype=np.uint8)  # 336² ≥ the 128·28² minimum frame area
         req = GenerationRequest(
-            request_id="warmup",
+            request_id=new_engine_request_id(),
             frames=frames,
             fps=self.config.decode.fps,
             prompt=render_prompt("warm-up", self.config.model.system_prompt),
@@ -72,97 +70,25 @@ class VideoModel:
         """Seconds this replica took to start (engine load and warm-up)."""
         return self.start_s
 
-    async def generate(self, request_id: str, clip: DecodedClip | ErrorInfo, question: str, sampling: SamplingOptions):
-        """Streams the answer for one decoded clip (see the module docstring for the chunk shapes).
+    async def generate(self, question: ClipQuestion, clip: DecodedClip | ErrorInfo) -> AsyncIterator[ModelChunk]:
+        """Streams the answer to ``question`` about one decoded clip (chunks: :mod:`serve_app.protocol`).
 
         Deltas are merged per ``model.stream_interval_ms`` (see :mod:`serve_app.streaming`).
         """
-        chunks = self._chunks(request_id, clip, question, sampling)
+        chunks = answer_stream(
+            self.engine,
+            question,
+            clip,
+            model_name=self.config.model.name,
+            system_prompt=self.config.model.system_prompt,
+            metrics=self.metrics,
+            max_model_len=self.config.model.context_tokens,  # security: context check (issue 13)
+            retry_after_s=self.config.limits.retry_after_s,
+        )
         interval_s = self.config.model.stream_interval_ms / 1000
         async with contextlib.aclosing(coalesce_deltas(chunks, interval_s)) as stream:
             async for chunk in stream:
                 yield chunk
-
-    async def _chunks(self, request_id: str, clip: DecodedClip | ErrorInfo, question: str, sampling: SamplingOptions):
-        if isinstance(clip, ErrorInfo):
-            yield {"type": "error", "error": clip}
-            return
-        cfg = self.config
-        try:  # security: a clip that cannot fit the context is 400 before the engine (issue 13)
-            n_video = check_context(
-                clip.num_frames, clip.frames.shape[1], clip.frames.shape[2],
-                text_tokens_estimate(cfg.model.system_prompt, question), cfg.model.context_tokens,
-            )
-        except InvalidRequestError as e:
-            yield {"type": "error", "error": e.info()}
-            return
-        yield {
-            "type": "clip",
-            "video": describe(clip),
-            "warnings": clip.warnings,
-            "decode_ms": clip.decode_ms,
-            "video_tokens": n_video,
-            "model": cfg.model.name,
-            "random_weights": self.engine.random_weights,
-        }
-        req = GenerationRequest(
-            request_id=request_id,
-            frames=clip.frames,
-            fps=clip.fps,
-            prompt=render_prompt(question, cfg.model.system_prompt),
-            sampling=sampling,
-        )
-        t0 = time.perf_counter()
-        queue_ms = None
-        ttft_ms = None
-        finished = False
-        outcome = "abort"  # unless the stream finishes or fails: the consumer went away
-        n_tokens = 0
-        queued = True
-        self.metrics.enqueued()
-        try:
-            async for chunk in self.engine.generate(req):
-                if chunk.queue_ms is not None:
-                    queue_ms = chunk.queue_ms
-                    if queued:
-                        queued = False
-                        self.metrics.dequeued(queue_ms)
-                if chunk.text:
-                    if ttft_ms is None:
-                        ttft_ms = (time.perf_counter() - t0) * 1000
-                    n_tokens = chunk.completion_tokens
-                    yield {"type": "delta", "text": chunk.text, "completion_tokens": chunk.completion_tokens}
-                if chunk.finished:
-                    finished = True
-                    total_ms = (time.perf_counter() - t0) * 1000
-                    outcome = chunk.finish_reason or "stop"
-                    self.metrics.done(
-                        outcome,
-                        model_ms=total_ms - (queue_ms or 0.0),
-                        ttft_ms=ttft_ms,
-                        prompt_tokens=chunk.prompt_tokens,
-                        completion_tokens=chunk.completion_tokens,
-                    )
-                    yield {
-                        "type": "done",
-                        "finish_reason": chunk.finish_reason,
-                        "prompt_tokens": chunk.prompt_tokens,
-                        "completion_tokens": chunk.completion_tokens,
-                        "queue_ms": queue_ms,
-                        "model_ms": total_ms - (queue_ms or 0.0),
-                        "ttft_ms": ttft_ms,
-                    }
-        except Exception as e:  # noqa: BLE001 - one mapping: request's fault 400, engine's 503, else 500
-            outcome = "error"
-            yield {"type": "error", "error": engine_error(e, request_id, cfg.limits.retry_after_s)}
-        finally:
-            if queued:
-                self.metrics.dequeued(None)
-            if not finished:  # cancelled (client went away) or failed: free the engine slot
-                self.metrics.done(outcome, completion_tokens=n_tokens)
-                if outcome == "abort":
-                    logger.info("request %s: cancelled after %d tokens; aborting it in the engine", request_id, n_tokens)
-                await self.engine.abort(request_id)
 
     def num_unfinished(self) -> int:
         """Requests the engine still holds (0 once every client is served or gone)."""
@@ -171,3 +97,14 @@ class VideoModel:
     async def check_health(self) -> None:
         """Serve's health check: raises when the engine is dead, so the replica is replaced."""
         await self.engine.check_health()
+
+    def __del__(self) -> Awaitable[None] | None:
+        """Serve's shutdown hook: when the replica stops, Serve calls this and awaits what it returns
+        (the engine's shutdown). Later calls (the garbage collector's) find no engine and do nothing."""
+        engine = self.__dict__.pop("engine", None)
+        return None if engine is None else self._shutdown(engine)
+
+    @staticmethod
+    async def _shutdown(engine: Engine) -> None:
+        await engine.shutdown()
+        logger.info("model replica stopped: engine shut down")

@@ -1,4 +1,5 @@
-"""The engine interface the model deployment talks to.
+"""The engine interface the model deployment talks to (:class:`SamplingOptions` is re-exported from
+:mod:`serve_app.protocol`).
 
 An engine turns one :class:`GenerationRequest` (frames + question + sampling
 parameters) into a stream of :class:`GenerationChunk` values. The graph
@@ -18,6 +19,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from serve_app.protocol import SamplingOptions
+
 if TYPE_CHECKING:
     from serve_app.config import ModelConfig
 
@@ -27,31 +30,13 @@ if TYPE_CHECKING:
 warnings.filterwarnings("ignore", message="The given NumPy array is not writable", category=UserWarning)
 
 
-@dataclasses.dataclass(frozen=True)
-class SamplingOptions:
-    """Per-request generation settings (recipe defaults filled in by the caller).
-
-    Attributes:
-        max_tokens: output budget in tokens.
-        temperature, top_p, repetition_penalty: sampling parameters.
-        seed: optional RNG seed.
-        ignore_eos: keep generating past end-of-sequence (benchmarks with random weights).
-    """
-
-    max_tokens: int
-    temperature: float
-    top_p: float
-    repetition_penalty: float
-    seed: int | None = None
-    ignore_eos: bool = False
-
-
 @dataclasses.dataclass
 class GenerationRequest:
     """One clip question for an engine.
 
     Attributes:
-        request_id: unique id (used to abort).
+        request_id: the engine's id for this request (used to abort): made by the server per
+            request (:func:`serve_app.generation.new_engine_request_id`), never the client's.
         frames: ``(T, H, W, 3) uint8`` RGB, T even, H and W multiples of 28.
         fps: effective sampling rate of ``frames`` (frames/s), for temporal positions.
         prompt: full prompt text with one video placeholder (see serve_app.prompt).
@@ -63,6 +48,12 @@ class GenerationRequest:
     fps: float
     prompt: str
     sampling: SamplingOptions
+
+    @property
+    def media_uuid(self) -> str:
+        """The clip's multimodal UUID (``clip-`` + the request id): vLLM keys its encoder cache by it,
+        so it is unique per request (two requests never share a cached clip)."""
+        return f"clip-{self.request_id}"
 
 
 @dataclasses.dataclass
@@ -122,10 +113,11 @@ class Engine(abc.ABC):
         """Raises :class:`EngineDeadError` if the engine cannot serve."""
 
     async def shutdown(self) -> None:
-        """Releases the engine (optional)."""
+        """Releases the engine (GPU memory, worker processes); the model deployment calls it when
+        its replica stops. Default: nothing to release."""
 
 
-def create_engine(config: "ModelConfig") -> Engine:
+def create_engine(config: ModelConfig) -> Engine:
     """Builds the engine named by ``config.backend``.
 
     ``transformers`` and ``vllm`` are built in; any other value is an import

@@ -19,7 +19,9 @@ forwards processor kwargs to the HF processor call).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import os
 import time
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
@@ -33,6 +35,45 @@ from serve_app.engines.base import Engine, EngineDeadError, GenerationChunk, Gen
 logger = logging.getLogger(__name__)
 
 _FINISH = {"stop": "stop", "length": "length", "abort": "abort"}
+
+#: Environment variable naming a JSON-lines file: when set, every request's stage timings
+#: (preprocessing wait and run, engine queue, prefill, decode) are appended there. Used by
+#: ``python -m serve_app.bench.gpu`` for the per-clip breakdown; off in production.
+TIMINGS_ENV = "COSMOS_SERVE_ENGINE_TIMINGS"
+
+
+def handoff_pixels(engine_request: Any, mode: str) -> int:
+    """Prepares the processed pixel tensors of an ``EngineCoreRequest`` for the engine core.
+
+    Args:
+        engine_request: vLLM's ``EngineCoreRequest`` (its ``mm_features[i].data`` items hold
+            ``pixel_values_videos``: ``(patches, 3·2·14·14)`` float32, on the GPU with the GPU processor).
+        mode: ``as_is`` (nothing), ``bf16`` (cast to bfloat16 where the tensor is) or ``bf16_cpu``
+            (cast, then copy to host memory). vLLM's Qwen2.5-VL vision tower casts its input to
+            the model dtype first (``x.to(device=..., dtype=self.dtype)``), so bf16 here changes no
+            number; it halves the bytes that cross to the engine core process.
+
+    Returns:
+        Bytes of pixel data handed over after the change.
+    """
+    import torch
+
+    total = 0
+    for feature in getattr(engine_request, "mm_features", None) or []:
+        item = feature.data
+        if item is None:
+            continue
+        for key, elem in item.items():
+            t = elem.data
+            if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+                continue
+            if key.startswith("pixel_values") and mode != "as_is":
+                t = t.to(torch.bfloat16)
+                if mode == "bf16_cpu":
+                    t = t.cpu()
+                elem.data = t
+            total += t.nbytes
+    return total
 
 
 def processor_kwargs(n_frames: int, fps: float, extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -76,7 +117,7 @@ def engine_prompt(request: GenerationRequest, extra_processor_kwargs: dict[str, 
     return {
         "prompt": request.prompt,
         "multi_modal_data": {"video": request.frames},
-        "multi_modal_uuids": {"video": [f"clip-{request.request_id}"]},
+        "multi_modal_uuids": {"video": [request.media_uuid]},
         "mm_processor_kwargs": processor_kwargs(request.frames.shape[0], request.fps, extra_processor_kwargs),
     }
 
@@ -110,6 +151,11 @@ class VLLMEngine(Engine):
         if self.config.checkpoint:
             model = str(ensure_checkpoint(self.config.checkpoint, model))
         args = dict(self.config.engine_args)
+        if args.get("mm_tensor_ipc") == "torch_shm":
+            # vLLM refuses torch_shm unless its processes are spawned (vllm/config/vllm.py:
+            # "torch_shm is known to fail without VLLM_WORKER_MULTIPROC_METHOD set to spawn").
+            os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
+        self._timings_path = os.environ.get(TIMINGS_ENV)
         self.random_weights = args.get("load_format") == "dummy" or (
             Path(model).is_dir() and has_random_weights(model)
         )
@@ -130,13 +176,17 @@ class VLLMEngine(Engine):
         prompt = engine_prompt(request, self.config.processor_kwargs)
         params = sampling_params(request.sampling)
         engine_input: Any = prompt
+        t_submit = time.perf_counter()
+        stage: dict[str, float] = {}
         if self._pool is not None:
             # The HF processor (normalize + patchify) off the event loop, several clips at once.
             engine_input = await asyncio.get_running_loop().run_in_executor(
-                self._pool, self._process, request.request_id, prompt, params
+                self._pool, self._process, request.request_id, prompt, params, stage
             )
+        t_engine = time.perf_counter()
         n_out = 0
         prompt_tokens = None
+        m = None
         try:
             async for out in self.llm.generate(engine_input, params, request.request_id, prompt_text=request.prompt):
                 if prompt_tokens is None and out.prompt_token_ids is not None:
@@ -153,12 +203,46 @@ class VLLMEngine(Engine):
                 yield chunk
         except VLLMDead as e:
             raise EngineDeadError(str(e)) from e
+        finally:
+            if self._timings_path:
+                self._record_timings(request.request_id, t_submit, t_engine, stage, m, n_out, prompt_tokens)
 
-    def _process(self, request_id: str, prompt: dict, params):
-        """Runs vLLM's input processing (tokenize + HF processor) in a worker thread."""
-        return self.llm.input_processor.process_inputs(
+    def _process(self, request_id: str, prompt: dict, params, stage: dict[str, float]):
+        """Runs vLLM's input processing (tokenize + HF processor) in a worker thread.
+
+        ``stage`` receives the thread's start and end (``time.perf_counter`` seconds) and the
+        handed-over pixel bytes.
+        """
+        stage["thread_start"] = time.perf_counter()
+        req = self.llm.input_processor.process_inputs(
             request_id, prompt, params, supported_tasks=self._tasks, arrival_time=time.time()
         )
+        stage["processed"] = time.perf_counter()
+        stage["pixel_bytes"] = handoff_pixels(req, self.config.pixel_handoff)
+        stage["thread_end"] = time.perf_counter()
+        return req
+
+    def _record_timings(self, request_id, t_submit, t_engine, stage, m, n_out, prompt_tokens) -> None:
+        """Appends one request's stage timings (ms) to the file named by :data:`TIMINGS_ENV`."""
+        row: dict[str, Any] = {"request_id": request_id, "completion_tokens": n_out, "prompt_tokens": prompt_tokens}
+        if stage:
+            row["preprocess_wait_ms"] = (stage["thread_start"] - t_submit) * 1000
+            row["processor_ms"] = (stage["processed"] - stage["thread_start"]) * 1000
+            row["handoff_prep_ms"] = (stage["thread_end"] - stage["processed"]) * 1000
+            row["pixel_bytes"] = stage.get("pixel_bytes")
+        row["frontend_ms"] = (t_engine - t_submit) * 1000
+        if m is not None and getattr(m, "queued_ts", 0):
+            row["engine_queue_ms"] = (m.scheduled_ts - m.queued_ts) * 1000
+            if m.first_token_ts:
+                row["prefill_ms"] = (m.first_token_ts - m.scheduled_ts) * 1000
+                row["first_token_latency_ms"] = m.first_token_latency * 1000
+            if m.last_token_ts and m.first_token_ts:
+                row["decode_ms"] = (m.last_token_ts - m.first_token_ts) * 1000
+        try:
+            with open(self._timings_path, "a") as f:
+                f.write(json.dumps(row) + "\n")
+        except OSError:
+            logger.warning("could not append engine timings to %s", self._timings_path)
 
     async def abort(self, request_id: str) -> None:
         """Aborts a request in vLLM (frees its KV cache and batch slot)."""

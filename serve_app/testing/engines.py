@@ -13,6 +13,9 @@ Faults are triggered by markers in the question:
 
 A slow start (a large model loading) is scripted with
 ``model.engine_args: {start_delay_s: S}``: :meth:`ScriptedEngine.start` sleeps S seconds.
+
+:class:`RecordingEngine` (``serve_app.testing.engines:recording_engine``) records and answers
+with the ids each request reaches the engine with.
 """
 
 from __future__ import annotations
@@ -107,3 +110,32 @@ class ScriptedEngine(Engine):
 def scripted_engine(config: ModelConfig) -> ScriptedEngine:
     """The ``module:factory`` entry point: ``serve_app.testing.engines:scripted_engine``."""
     return ScriptedEngine(config)
+
+
+class RecordingEngine(ScriptedEngine):
+    """A scripted engine that records the ids each request reaches it with, and answers with them.
+
+    Every request appends ``(request_id, media_uuid)`` to :attr:`seen` and its answer is
+    ``"<request_id> <media_uuid>"`` (one chunk, ``finish_reason="stop"``), so a test over
+    HTTP can read which ids the engine got. Load it with
+    ``model.backend: serve_app.testing.engines:recording_engine``.
+    """
+
+    def __init__(self, config: ModelConfig):
+        super().__init__(config)
+        #: ``(request_id, media_uuid)`` of every request, in arrival order.
+        self.seen: list[tuple[str, str]] = []
+
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
+        """Records the request's ids and answers with them."""
+        self.seen.append((request.request_id, request.media_uuid))
+        prompt_tokens = int(request.frames.shape[0]) + len(request.prompt.split())
+        yield GenerationChunk(queue_ms=0.0)
+        yield GenerationChunk(text=f"{request.request_id} {request.media_uuid}", completion_tokens=1,
+                              prompt_tokens=prompt_tokens)
+        yield GenerationChunk(completion_tokens=1, prompt_tokens=prompt_tokens, finished=True, finish_reason="stop")
+
+
+def recording_engine(config: ModelConfig) -> RecordingEngine:
+    """The ``module:factory`` entry point: ``serve_app.testing.engines:recording_engine``."""
+    return RecordingEngine(config)

@@ -35,7 +35,7 @@ def abandon_long_stream(url: str) -> None:
             "ignore_eos": True, "stream": True}
     with httpx.stream("POST", f"{url}/v1/video/query", json=body, timeout=60) as r:
         for line in r.iter_lines():
-            if '"type": "delta"' in line:
+            if '"type":"delta"' in line.replace(" ", ""):
                 break
 
 

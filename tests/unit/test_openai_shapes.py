@@ -7,6 +7,7 @@ import pytest
 from serve_app import openai_api
 from serve_app.config import AppConfig
 from serve_app.errors import InvalidRequestError, NotFoundError, PayloadTooLargeError
+from serve_app.protocol import Done
 
 pytestmark = pytest.mark.unit
 
@@ -109,15 +110,30 @@ def test_paths_and_file_urls_become_path_sources():
 
 
 def test_response_shapes():
-    c = openai_api.chat_completion(
-        completion_id="chatcmpl-x", created=1, model="m", text="hi", reason="length", prompt_tokens=10, completion_tokens=2
-    )
+    done = Done(finish_reason="length", prompt_tokens=10, completion_tokens=2)
+    c = openai_api.ChatCompletion.build(completion_id="chatcmpl-x", created=1, model="m", done=done, text="hi")
+    c = c.model_dump()
     assert c["object"] == "chat.completion" and c["choices"][0]["message"] == {"role": "assistant", "content": "hi"}
     assert c["choices"][0]["finish_reason"] == "length"
     assert c["usage"] == {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12}
-    ids = {"completion_id": "chatcmpl-x", "created": 1, "model": "m"}
-    end = openai_api.chat_chunk(**ids, delta={}, reason="abort")
+    ids = {"id": "chatcmpl-x", "created": 1, "model": "m"}
+    last = openai_api.ChunkChoice(delta=openai_api.ChoiceDelta(), finish_reason=openai_api.finish_reason("abort"))
+    end = openai_api.ChatCompletionChunk(**ids, choices=[last]).model_dump()
     assert end["object"] == "chat.completion.chunk" and end["choices"][0]["finish_reason"] == "stop"
-    u = openai_api.chat_chunk(**ids, usage_obj=openai_api.usage(None, 3))
+    assert end["choices"][0]["delta"] == {} and "usage" not in end
+    first = openai_api.ChoiceDelta(role="assistant", content="").model_dump()
+    assert first == {"role": "assistant", "content": ""}
+    u = openai_api.ChatCompletionChunk(**ids, choices=[], usage=openai_api.CompletionUsage.of(None, 3)).model_dump()
     assert u["choices"] == [] and u["usage"]["total_tokens"] == 3
-    assert openai_api.models_list("m", 5)["data"] == [{"id": "m", "object": "model", "created": 5, "owned_by": "cosmos-serve"}]
+    card = openai_api.ModelCard(id="m", created=5)
+    assert openai_api.ModelList(data=[card]).model_dump()["data"] == [
+        {"id": "m", "object": "model", "created": 5, "owned_by": "cosmos-serve"}
+    ]
+
+
+def test_rtsps_and_other_schemes_are_refused_before_the_decoder():
+    # One list of network schemes (serve_app.sources.DEFAULT_PORTS) for both routes.
+    assert set(openai_api.NETWORK_SCHEMES) == {"http", "https", "rtsp"}
+    with pytest.raises(InvalidRequestError) as e:
+        openai_api.clip_source("rtsps://cam.example/stream", CFG)
+    assert e.value.param == openai_api.VIDEO_URL_PARAM and "rtsps" in e.value.message

@@ -4,6 +4,7 @@ import asyncio
 
 import pytest
 
+from serve_app.protocol import Delta, Done
 from serve_app.streaming import coalesce_deltas
 
 pytestmark = pytest.mark.unit
@@ -11,13 +12,13 @@ pytestmark = pytest.mark.unit
 
 async def source(n_tokens: int, gap_s: float, log: list | None = None, fail: bool = False):
     try:
-        yield {"type": "clip"}
+        yield "clip"
         for i in range(n_tokens):
             await asyncio.sleep(gap_s)
-            yield {"type": "delta", "text": f"t{i} ", "completion_tokens": i + 1}
+            yield Delta(text=f"t{i} ", completion_tokens=i + 1)
         if fail:
             raise RuntimeError("engine broke")
-        yield {"type": "done", "completion_tokens": n_tokens}
+        yield Done(finish_reason="length", prompt_tokens=1, completion_tokens=n_tokens)
     finally:
         if log is not None:
             log.append("source closed")
@@ -29,18 +30,17 @@ async def collect(agen):
 
 def test_deltas_are_merged_first_passes_at_once_and_nothing_is_lost():
     out = asyncio.run(collect(coalesce_deltas(source(40, 0.005), 0.05)))
-    kinds = [c["type"] for c in out]
-    assert kinds[0] == "clip" and kinds[-1] == "done"
-    deltas = [c for c in out if c["type"] == "delta"]
-    assert deltas[0]["text"] == "t0 "  # TTFT untouched
-    assert "".join(d["text"] for d in deltas) == "".join(f"t{i} " for i in range(40))
+    assert out[0] == "clip" and isinstance(out[-1], Done)
+    deltas = [c for c in out if isinstance(c, Delta)]
+    assert deltas[0].text == "t0 "  # TTFT untouched
+    assert "".join(d.text for d in deltas) == "".join(f"t{i} " for i in range(40))
     assert 2 <= len(deltas) < 20  # ~0.2 s of tokens in 50-ms batches, not 40 items
-    assert deltas[-1]["completion_tokens"] == 40
+    assert deltas[-1].completion_tokens == 40
 
 
 def test_zero_interval_passes_everything_through():
     out = asyncio.run(collect(coalesce_deltas(source(10, 0), 0)))
-    assert len([c for c in out if c["type"] == "delta"]) == 10
+    assert len([c for c in out if isinstance(c, Delta)]) == 10
 
 
 def test_errors_arrive_after_the_text_before_them():
@@ -52,7 +52,7 @@ def test_errors_arrive_after_the_text_before_them():
 
     with pytest.raises(RuntimeError, match="engine broke"):
         asyncio.run(run())
-    assert "".join(c.get("text", "") for c in got) == "t0 t1 t2 t3 t4 "
+    assert "".join(c.text for c in got if isinstance(c, Delta)) == "t0 t1 t2 t3 t4 "
 
 
 def test_a_consumer_that_leaves_closes_the_source():
@@ -61,7 +61,7 @@ def test_a_consumer_that_leaves_closes_the_source():
     async def run():
         agen = coalesce_deltas(source(1000, 0.001, log), 0.02)
         async for c in agen:
-            if c["type"] == "delta":
+            if isinstance(c, Delta):
                 break
         await agen.aclose()
         await asyncio.sleep(0.01)

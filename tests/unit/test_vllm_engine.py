@@ -68,3 +68,46 @@ def test_processor_kwargs_give_the_true_temporal_positions(tiny_checkpoint):
     # frames at the processor's exact size pass through unresized
     no_resize = proc(text=[text], videos=[frames], return_tensors="pt", do_resize=False, **processor_kwargs(40, 4.0))
     assert np.array_equal(no_resize["pixel_values_videos"].numpy(), ours["pixel_values_videos"].numpy())
+
+
+class _Elem:
+    def __init__(self, data):
+        self.data = data
+
+
+class _Feature:
+    def __init__(self, item):
+        self.data = item
+
+
+class _Request:
+    def __init__(self, features):
+        self.mm_features = features
+
+
+def _engine_request():
+    import torch
+
+    pixels = torch.rand(8, 1176, dtype=torch.float32)  # (patches, 3·2·14·14) as the HF processor returns
+    grid = torch.tensor([[2, 2, 2]])
+    return _Request([_Feature({"pixel_values_videos": _Elem(pixels), "video_grid_thw": _Elem(grid)}),
+                     _Feature(None)]), pixels
+
+
+@pytest.mark.parametrize("mode", ["as_is", "bf16", "bf16_cpu"])
+def test_pixel_handoff_casts_only_pixels_and_keeps_the_numbers_the_vision_tower_sees(mode):
+    import torch
+
+    from serve_app.engines.vllm_engine import handoff_pixels
+
+    req, pixels = _engine_request()
+    nbytes = handoff_pixels(req, mode)
+    out = req.mm_features[0].data["pixel_values_videos"].data
+    assert req.mm_features[0].data["video_grid_thw"].data.dtype == torch.int64  # grids untouched
+    if mode == "as_is":
+        assert out is pixels and nbytes == pixels.nbytes
+    else:
+        assert out.dtype == torch.bfloat16 and nbytes == pixels.nbytes // 2
+        # vLLM's vision tower casts to the model dtype first: bf16 earlier gives the same tensor
+        assert torch.equal(out, pixels.to(torch.bfloat16))
+        assert out.device.type == "cpu"

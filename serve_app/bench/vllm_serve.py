@@ -1,0 +1,211 @@
+"""Plain ``vllm serve`` as a side of the GPU benchmark, and the window files every side reads.
+
+Both sides of :mod:`serve_app.bench.gpu` decode the very same bytes: each request's
+10-s window is cut once, before the run, into its own H.264 MP4 file
+(:func:`cut_window_files`: re-encoded, a keyframe at the first frame, exactly the
+window's frames, so no side sees more or less of the clip). Plain vLLM receives a
+window as a ``file://`` ``video_url`` under ``--allowed-local-media-path``; the
+project's graph receives it as ``video_path``.
+
+:func:`vllm_serve_side` starts vLLM's OpenAI server (``vllm serve``) on the GPU with
+the given flags, runs one or more request variants against it (e.g. with and
+without the per-request GPU processor ``mm_processor_kwargs={"device": "cuda"}``),
+resetting vLLM's prefix and multimodal caches between variants (the dev-mode
+endpoints of ``VLLM_SERVER_DEV_MODE=1``) so no variant reuses another's work, and
+stops it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+from serve_app.bench.workload import OUTPUT_TOKENS, QUESTION, SYSTEM_PROMPT, WINDOW_S, Window, summary
+
+logger = logging.getLogger(__name__)
+
+#: Sampling of every plain request: the Cosmos-Reason1 recipe (as the graph's), fixed output length.
+SAMPLING_BODY = {"max_tokens": OUTPUT_TOKENS, "ignore_eos": True, "temperature": 0.6, "top_p": 0.95,
+                 "repetition_penalty": 1.05}
+
+
+def _cut_one(clip: str, start_s: float, out: str) -> str:
+    """Re-encodes ``[start_s, start_s + WINDOW_S)`` of ``clip`` into ``out`` (H.264, CRF 18)."""
+    import av
+
+    with av.open(clip) as src:
+        vs = src.streams.video[0]
+        rate = vs.average_rate or Fraction(25)
+        frames = [f for f in src.decode(vs) if f.time is not None and start_s - 1e-6 <= f.time < start_s + WINDOW_S - 1e-6]
+    with av.open(out, "w", format="mp4") as dst:
+        st = dst.add_stream("libx264", rate=rate)
+        st.width, st.height, st.pix_fmt = frames[0].width, frames[0].height, "yuv420p"
+        st.options = {"crf": "18", "preset": "veryfast", "g": str(len(frames) + 1)}
+        for i, f in enumerate(frames):
+            g = f.reformat(format="yuv420p")
+            g.pts, g.time_base = i, Fraction(1, 1) / rate
+            for p in st.encode(g):
+                dst.mux(p)
+        for p in st.encode():
+            dst.mux(p)
+    return out
+
+
+def cut_window_files(wins: list[Window], out_dir: Path, workers: int = 8) -> list[Path]:
+    """Cuts each window into its own MP4 (``win-000.mp4`` …), in parallel processes.
+
+    Returns:
+        The files, in the order of ``wins``.
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = [out_dir / f"win-{i:03d}.mp4" for i in range(len(wins))]
+    with ProcessPoolExecutor(workers) as pool:
+        list(pool.map(_cut_one, [str(w.clip) for w in wins], [w.start_s for w in wins], [str(p) for p in paths]))
+    return paths
+
+
+def chat_body(model: str, path: Path, extra: dict[str, Any]) -> dict[str, Any]:
+    """The OpenAI chat request of one window file: system prompt, the clip, the question, streaming."""
+    return {
+        "model": model,
+        "messages": [
+            {"role": "system", "content": SYSTEM_PROMPT},
+            {"role": "user", "content": [{"type": "video_url", "video_url": {"url": f"file://{path}"}},
+                                         {"type": "text", "text": QUESTION}]},
+        ],
+        **SAMPLING_BODY,
+        "stream": True, "stream_options": {"include_usage": True},
+        **extra,
+    }
+
+
+async def openai_run(url: str, model: str, files: list[Path], extra: dict[str, Any]):
+    """Sends one streamed chat request per file at once; returns (wall_s, tokens, ttft_s, e2e_s, prompt_tokens)."""
+    import httpx
+
+    t0 = time.perf_counter()
+    ttft: list[float] = []
+    e2e: list[float] = []
+    prompt_tokens: list[int] = []
+    n_tokens = 0
+    limits = httpx.Limits(max_connections=512, max_keepalive_connections=512)
+    async with httpx.AsyncClient(timeout=900, limits=limits) as client:
+
+        async def one(path: Path) -> None:
+            nonlocal n_tokens
+            first = None
+            async with client.stream("POST", f"{url}/v1/chat/completions", json=chat_body(model, path, extra)) as r:
+                if r.status_code != 200:
+                    raise RuntimeError(f"HTTP {r.status_code}: {(await r.aread())[:300]!r}")
+                async for line in r.aiter_lines():
+                    if not line.startswith("data: ") or line == "data: [DONE]":
+                        continue
+                    ev = json.loads(line[6:])
+                    if ev.get("choices") and ev["choices"][0].get("delta", {}).get("content") and first is None:
+                        first = time.perf_counter() - t0
+                    if ev.get("usage"):
+                        n_tokens += ev["usage"]["completion_tokens"]
+                        prompt_tokens.append(ev["usage"]["prompt_tokens"])
+            ttft.append(first if first is not None else float("nan"))
+            e2e.append(time.perf_counter() - t0)
+
+        await asyncio.gather(*(one(p) for p in files))
+    return time.perf_counter() - t0, n_tokens, ttft, e2e, prompt_tokens
+
+
+def _wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float) -> None:
+    import httpx
+
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout_s:
+        if proc.poll() is not None:
+            raise RuntimeError(f"vllm serve exited with {proc.returncode} before it was healthy")
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+    raise RuntimeError(f"vllm serve not healthy after {timeout_s:.0f} s")
+
+
+async def _reset_caches(url: str) -> None:
+    import httpx
+
+    async with httpx.AsyncClient(timeout=60) as c:
+        for ep in ("reset_prefix_cache", "reset_mm_cache", "reset_encoder_cache"):
+            r = await c.post(f"{url}/{ep}")
+            if r.status_code not in (200, 404):
+                raise RuntimeError(f"POST /{ep}: HTTP {r.status_code}")
+
+
+def vllm_serve_side(
+    *, checkpoint: str, files: list[Path], single: int, inflight: int, port: int,
+    flags: list[str], variants: dict[str, dict[str, Any]], log_path: Path, result: Any, gpu_memory: Any,
+) -> dict[str, Any]:
+    """Runs plain ``vllm serve`` with ``flags`` and measures each request variant.
+
+    Args:
+        files: window files; ``files[0]`` warms up, the next ``single`` are sent one at a time,
+            the next ``inflight`` all at once.
+        variants: name → extra request fields (e.g. ``{"mm_processor_kwargs": {"device": "cuda"}}``).
+        result: the bench's ``_result`` function; gpu_memory: its GPU-memory probe.
+
+    Returns:
+        ``{variant name: side record}`` with the exact command line and one request body.
+    """
+    model = "cosmos-reason1-7b-dummy"
+    media_dir = str(files[0].parent)
+    cmd = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", checkpoint, "--served-model-name", model,
+           "--port", str(port), "--host", "127.0.0.1", "--load-format", "dummy", "--dtype", "bfloat16",
+           "--allowed-local-media-path", media_dir, *flags]
+    env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1"}
+    t0 = time.perf_counter()
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    sides: dict[str, Any] = {}
+    try:
+        _wait_healthy(url, proc, 600)
+        start_s = time.perf_counter() - t0
+        mem = gpu_memory()
+        single_files = files[1 : 1 + single]
+        batch = files[1 + single : 1 + single + inflight]
+        for name, extra in variants.items():
+            asyncio.run(_reset_caches(url))
+            asyncio.run(openai_run(url, model, files[:1], extra))  # warm-up (not timed)
+            s_ttft, s_e2e, s_prompt = [], [], []
+            for f in single_files:
+                _, _, tt, ee, pt = asyncio.run(openai_run(url, model, [f], extra))
+                s_ttft += tt
+                s_e2e += ee
+                s_prompt += pt
+            wall, ntok, ttft, e2e, prompt = asyncio.run(openai_run(url, model, batch, extra))
+            sides[name] = {
+                "engine": "plain `vllm serve` (vLLM's OpenAI server, no project code)",
+                "command": " ".join(cmd),
+                "request_body_example": chat_body(model, batch[0], extra),
+                "server_start_s": round(start_s, 2),
+                "gpu_memory_used_mib": mem,
+                "single": {"ttft_s": summary(s_ttft), "e2e_s": summary(s_e2e)},
+                f"inflight_{len(batch)}": {**result(name, wall, len(batch), ntok, ttft, e2e),
+                                           "server": {"prompt_tokens": sorted(set(prompt + s_prompt))}},
+            }
+            logger.info("side %s: %.2f clips/s", name, len(batch) / wall)
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+    return sides

@@ -1,0 +1,47 @@
+"""The GPU bench's shared window files and plain-vLLM request body (no GPU needed)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from serve_app.bench.gpu import _engine_breakdown, decode_file, query_body
+from serve_app.bench.vllm_serve import chat_body, cut_window_files
+from serve_app.bench.workload import QUESTION, SYSTEM_PROMPT, windows
+
+pytestmark = pytest.mark.unit
+CLIP = Path(__file__).resolve().parents[1] / "data" / "intel_car-detection.mp4"
+
+
+def test_window_files_hold_exactly_one_window_each(tmp_path):
+    wins = windows(CLIP, 2, 30.16)
+    files = cut_window_files(wins, tmp_path, workers=2)
+    assert [f.name for f in files] == ["win-000.mp4", "win-001.mp4"]
+    for f in files:
+        clip = decode_file(f)
+        # 10 s at 4 fps, sized by the Cosmos pixel budget: the reference workload's 40 frames of 420×756
+        assert clip.frames.shape == (40, 420, 756, 3)
+    # distinct windows, not the same bytes twice
+    assert files[0].read_bytes() != files[1].read_bytes()
+
+
+def test_both_sides_name_the_same_file_and_question(tmp_path):
+    f = tmp_path / "win-000.mp4"
+    body = chat_body("m", f, {"mm_processor_kwargs": {"device": "cuda"}})
+    assert body["messages"][0] == {"role": "system", "content": SYSTEM_PROMPT}
+    parts = body["messages"][1]["content"]
+    assert parts[0]["video_url"]["url"] == f"file://{f}" and parts[1]["text"] == QUESTION
+    assert body["ignore_eos"] and body["max_tokens"] == 256 and body["mm_processor_kwargs"] == {"device": "cuda"}
+    q = query_body(f)
+    assert q["video_path"] == str(f) and q["question"] == QUESTION and q["max_tokens"] == 256
+
+
+def test_engine_breakdown_keeps_only_the_asked_requests(tmp_path):
+    rows = [{"request_id": "a", "completion_tokens": 256, "processor_ms": 10.0, "prefill_ms": 100.0},
+            {"request_id": "b", "completion_tokens": 256, "processor_ms": 30.0, "prefill_ms": 300.0},
+            {"request_id": "warm", "completion_tokens": 0, "processor_ms": 9999.0}]
+    path = tmp_path / "t.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    out = _engine_breakdown(path, {"b"})
+    assert out["requests"] == 1 and out["processor_ms"]["p50"] == 30.0 and out["prefill_ms"]["mean"] == 300.0
+    assert _engine_breakdown(path)["requests"] == 2  # the zero-token warm-up row never counts
