@@ -113,11 +113,15 @@ class RawRequest:
         self.sock.close()
 
 
-def slow_upload(url: str, source: str, length: int = 500_000) -> RawRequest:
-    """A multipart upload that declares ``length`` bytes and sends one."""
+def slow_upload(url: str, source: str, length: int = 500_000, sent: int = 10_000) -> RawRequest:
+    """A multipart upload that declares ``length`` bytes, sends ``sent`` of them and stops.
+
+    With the app's body deadline (2 s + 1 s per 1,000 bytes received) it is cut off with 408
+    some 12 s later: the tests do what they need while it holds its slot."""
     r = RawRequest(url, "/v1/video/query", source, {
         "Content-Type": "multipart/form-data; boundary=b", "Content-Length": str(length)})
-    r.send(b"-")
+    head = b'--b\r\nContent-Disposition: form-data; name="video"; filename="a.mp4"\r\n\r\n'
+    r.send(head + b"\0" * (sent - len(head)))  # a well-formed start: the form parser waits for more
     return r
 
 
