@@ -56,4 +56,7 @@ def build_app(args: dict[str, Any] | None = None) -> Application:
     cfg = config.model_dump(mode="json")
     decoder = VideoDecoder.options(**config.decoder.ray_options()).bind(cfg)
     model = VideoModel.options(**config.model_replica.ray_options()).bind(cfg)
-    return Ingress.options(**config.ingress.ray_options()).bind(cfg, decoder, model)
+    ingress = config.ingress.ray_options()
+    # security: Serve's slots = clip-route slots (admitted by the ingress) + slots kept for health checks
+    ingress["max_ongoing_requests"] += config.security.reserved_slots
+    return Ingress.options(**ingress).bind(cfg, decoder, model)
