@@ -13,6 +13,7 @@ models: :class:`QueryResponse`, and the stream's :class:`QueryClipEvent`,
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, ValidationError, model_serializer
@@ -21,6 +22,8 @@ from starlette.formparsers import MultiPartException
 from starlette.requests import ClientDisconnect, Request
 
 from serve_app.config import AppConfig
+from serve_app.guards import has_control_chars
+from serve_app.prompt import check_user_text
 from serve_app.errors import ClientClosedRequestError, InvalidRequestError, PayloadTooLargeError, UnsupportedMediaError
 from serve_app.protocol import ClipInfo, ClipSource, Done, SampleRequest, SamplingOptions, VideoInfo
 from serve_app.reasoning import split_reasoning
@@ -33,8 +36,10 @@ JSON_BODY_MAX_BYTES = 1 << 20
 MAX_SEED = 2**63 - 1
 
 
-async def read_body(request: Request, max_bytes: int) -> bytes:
+async def read_body(request: Request, max_bytes: int) -> bytearray:
     """The request body, read in chunks and refused past ``max_bytes`` (declared or actual).
+
+    One growing buffer (no list of chunks joined at the end: that held the body twice).
 
     Raises:
         PayloadTooLargeError (413): ``Content-Length`` or the bytes received exceed ``max_bytes``.
@@ -43,33 +48,80 @@ async def read_body(request: Request, max_bytes: int) -> bytes:
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > max_bytes:
         raise PayloadTooLargeError(f"request body is {int(declared)} bytes; the limit is {max_bytes} bytes")
-    parts: list[bytes] = []
-    size = 0
+    body = bytearray()
     try:
         async for chunk in request.stream():
-            size += len(chunk)
-            if size > max_bytes:
+            if len(body) + len(chunk) > max_bytes:
                 raise PayloadTooLargeError(f"request body exceeds the limit of {max_bytes} bytes")
-            parts.append(chunk)
+            body += chunk
     except ClientDisconnect:
         raise ClientClosedRequestError("the client disconnected while sending the request body") from None
-    return b"".join(parts)
+    return body
 
 
-def parse_json_object(raw: bytes) -> dict[str, Any]:
+#: Longest JSON integer accepted, in digits (a signed 64-bit integer has at most 19; Python
+#: refuses to convert more than 4,300 with a ValueError, which must not become a 500).
+MAX_INT_DIGITS = 40
+
+
+class OversizedInt:
+    """A JSON integer of more than :data:`MAX_INT_DIGITS` digits: no field accepts it (400 naming the field)."""
+
+    def __init__(self, digits: int):
+        self.digits = digits
+
+    def __repr__(self) -> str:
+        return f"<integer of {self.digits} digits>"
+
+
+def _parse_int(text: str) -> int | OversizedInt:
+    return int(text) if len(text) <= MAX_INT_DIGITS else OversizedInt(len(text))
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _lone_surrogate(obj: Any, path: str = "") -> str | None:
+    """The dotted path of the first string in ``obj`` holding a lone UTF-16 surrogate (a JSON
+    ``"\\ud800"`` escape), or None. Such strings cannot be encoded as UTF-8 (paths, logs, tokenizers)."""
+    if isinstance(obj, str):
+        return (path or "body") if _SURROGATE.search(obj) else None
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, list) else ()
+    for k, v in items:
+        if isinstance(k, str) and _SURROGATE.search(k):
+            return f"{path}.{k!a}" if path else f"{k!a}"
+        found = _lone_surrogate(v, f"{path}.{k}" if path else str(k))
+        if found:
+            return found
+    return None
+
+
+def parse_json_object(raw: bytes | bytearray) -> dict[str, Any]:
     """A JSON request body that must be an object.
 
+    Integers of more than :data:`MAX_INT_DIGITS` digits become :class:`OversizedInt` values,
+    which field validation refuses (400 naming the field).
+
     Raises:
-        InvalidRequestError (400): not UTF-8 JSON, nested too deeply to parse, or not an object.
+        InvalidRequestError (400): not UTF-8 JSON, nested too deeply to parse, not an object, or
+            a string with a lone surrogate escape (names the field).
     """
     try:
-        body = json.loads(raw)
+        body = json.loads(raw, parse_int=_parse_int)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise InvalidRequestError(f"request body is not valid JSON ({e})") from None
     except RecursionError:
         raise InvalidRequestError("request body is not valid JSON (nested too deeply)") from None
+    except ValueError as e:  # defence in depth: any other conversion limit
+        raise InvalidRequestError(f"request body is not valid JSON ({type(e).__name__})") from None
     if not isinstance(body, dict):
         raise InvalidRequestError("JSON body must be an object")
+    bad = _lone_surrogate(body)
+    if bad is not None:
+        raise InvalidRequestError(
+            f"{bad}: the string holds a lone UTF-16 surrogate escape (e.g. \\ud800), which is not a character",
+            param=bad,
+        )
     return body
 
 
@@ -104,7 +156,6 @@ class QueryRequest(ClipQueryFields):
     video_url: str | None = Field(
         None,
         min_length=1,
-        max_length=4096,
         description="JSON only: an http(s):// URL of the clip, or an rtsp:// camera (a live capture of "
         "end_s, default sources.rtsp_capture_s, seconds).",
     )
@@ -146,6 +197,16 @@ def validate_query(fields: dict[str, Any], config: AppConfig) -> QueryRequest:
         raise InvalidRequestError(
             f"question is {len(q.question)} characters; the limit is {lim.max_question_chars}", param="question"
         )
+    check_user_text(q.question, "question")
+    if q.camera_id is not None and has_control_chars(q.camera_id):
+        raise InvalidRequestError("camera_id contains control characters (e.g. a newline)", param="camera_id")
+    for name in ("video_url", "video_path"):
+        value = getattr(q, name)
+        if value is not None and len(value) > lim.max_url_chars:
+            raise InvalidRequestError(
+                f"{name} is {len(value)} characters; the limit is {lim.max_url_chars} (limits.max_url_chars)",
+                param=name,
+            )
     if q.max_frames is not None and q.max_frames > lim.max_frames:
         raise InvalidRequestError(f"max_frames is {q.max_frames}; the limit is {lim.max_frames}", param="max_frames")
     if q.max_tokens is not None and q.max_tokens > lim.max_tokens:

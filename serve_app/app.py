@@ -69,4 +69,7 @@ def build_app(args: dict[str, Any] | None = None) -> Application:
     cfg = config.model_dump(mode="json")
     decoder = as_deployment(VideoDecoder).options(**config.decoder.ray_options()).bind(cfg)
     model = as_deployment(VideoModel).options(**config.model_replica.ray_options()).bind(cfg)
-    return as_deployment(Ingress).options(**config.ingress.ray_options()).bind(cfg, decoder, model)
+    ingress = config.ingress.ray_options()
+    # security: Serve's slots = clip-route slots (admitted by the ingress) + slots kept for health checks
+    ingress["max_ongoing_requests"] += config.security.reserved_slots
+    return as_deployment(Ingress).options(**ingress).bind(cfg, decoder, model)

@@ -28,8 +28,15 @@ import av
 from serve_app.config import DecodeConfig, LimitsConfig, SourcesConfig
 from serve_app.container import check_frame_limits, configure_decoder, video_stream
 from serve_app.decoder import DecodedClip, SampleRequest
-from serve_app.errors import PayloadTooLargeError, UnprocessableClipError, UnsupportedMediaError, UpstreamTimeoutError
+from serve_app.errors import (
+    ForbiddenSourceError,
+    PayloadTooLargeError,
+    UnprocessableClipError,
+    UnsupportedMediaError,
+    UpstreamTimeoutError,
+)
 from serve_app.frames import FrameStore
+from serve_app.rtsp_relay import RtspRelay
 from serve_app.sampling import FrameSelector, plan_grid
 from serve_app.sources import check_url
 
@@ -38,8 +45,11 @@ logger = logging.getLogger(__name__)
 PARAM = "video_url"
 
 
-def _open(url: str, host: str, sources: SourcesConfig) -> av.container.InputContainer:
+def _open(url: str, host: str, sources: SourcesConfig, relay: RtspRelay) -> av.container.InputContainer:
     options = {
+        # security: the RTSP demuxer over plain TCP only (FFmpeg connects to the relay on loopback)
+        "format_whitelist": "rtsp",
+        "protocol_whitelist": "tcp",
         "rtsp_transport": "tcp",
         "timeout": str(int(sources.rtsp_read_timeout_s * 1e6)),  # socket I/O timeout, microseconds
         # Stream probing reads at most 1 s of video (FFmpeg's default is 5 s): the packets are kept, only
@@ -54,9 +64,15 @@ def _open(url: str, host: str, sources: SourcesConfig) -> av.container.InputCont
             options=options,
             timeout=(sources.rtsp_open_timeout_s, sources.rtsp_read_timeout_s),
         )
-    except ConnectionRefusedError as e:
-        raise UnprocessableClipError(f"the camera at {host} refused the connection", param=PARAM) from e
     except (av.error.FFmpegError, OSError) as e:
+        if relay.redirect is not None:
+            raise ForbiddenSourceError(
+                f"the camera at {host} answered with a redirect to another address; RTSP redirects are not "
+                "followed (point video_url at the address that serves the stream)",
+                param=PARAM,
+            ) from e
+        if isinstance(e, ConnectionRefusedError) or isinstance(relay.upstream_error, ConnectionRefusedError):
+            raise UnprocessableClipError(f"the camera at {host} refused the connection", param=PARAM) from e
         elapsed = time.monotonic() - t0
         reason = getattr(e, "strerror", None) or str(e)
         if elapsed >= 0.9 * min(sources.rtsp_open_timeout_s, sources.rtsp_read_timeout_s):
@@ -114,7 +130,13 @@ def capture_rtsp(
         capture_s, fps=request.fps, max_frames=request.max_frames, start_s=request.start_s, end_s=capture_s
     )
     wall_deadline = time.monotonic() + sources.rtsp_open_timeout_s + capture_s + 2 * sources.rtsp_read_timeout_s
-    container = _open(checked.with_address(checked.addresses[0]), checked.host, sources)
+    # security: FFmpeg reaches the camera only through a relay pinned to the checked address
+    relay = RtspRelay(checked.addresses[0], checked.port, sources.rtsp_open_timeout_s).__enter__()
+    try:
+        container = _open(relay.url(checked.url), checked.host, sources, relay)
+    except BaseException:
+        relay.close()
+        raise
     store = FrameStore(grid.count, decode.budget, decode.interpolation)
     selector = FrameSelector(grid)
     warnings: list[str] = []
@@ -171,6 +193,7 @@ def capture_rtsp(
             store.add(kept, t_kept)
     finally:
         container.close()
+        relay.close()
     if len(store) == 0:
         raise UnprocessableClipError(f"no frame arrived from the camera at {checked.host}", param=PARAM)
     if last_t + 1e-6 < capture_s - grid.step_s and not warnings:

@@ -86,6 +86,12 @@ class LimitsConfig(_Model):
     retry_after_s: int = Field(
         1, ge=0, description="Retry-After (seconds) sent with 503 when queues are full or a replica is replaced."
     )
+    max_url_chars: int = Field(
+        4096,
+        gt=0,
+        description="Longest clip URL or path (every route, every scheme but data:, whose size "
+        "max_upload_bytes bounds), in characters.",
+    )
 
 
 class SourcesConfig(_Model):
@@ -123,6 +129,74 @@ class SourcesConfig(_Model):
         10.0, gt=0, description="rtsp: seconds of live video captured when the request sets no `end_s`."
     )
     rtsp_max_capture_s: float = Field(60.0, gt=0, description="rtsp: longest capture a request may ask for (`end_s`).")
+
+
+#: Ray Serve's per-request control headers (ray/serve/_private/constants.py, 2.60): the proxy acts on them
+#: before the ingress runs (x-request-disconnect-disabled: ?1 turns off cancellation on disconnect;
+#: x-request-timeout-seconds: the request's timeout; the other two pick replicas). Compared with
+#: ``_`` and ``-`` treated alike, as Ray does.
+RAY_SERVE_CONTROL_HEADERS = (
+    "x-request-disconnect-disabled",
+    "x-request-timeout-seconds",
+    "serve-multiplexed-model-id",
+    "x-session-id",
+)
+
+
+class SecurityConfig(_Model):
+    """Defences against hostile clients: body deadlines, admission limits, control headers."""
+
+    body_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="Seconds a request body may take on top of what body_min_rate_bytes_s allows "
+        "(a body still arriving after timeout + received/min_rate seconds gets 408).",
+    )
+    body_min_rate_bytes_s: int = Field(
+        64 * 1024,
+        gt=0,
+        description="Slowest accepted upload rate in bytes/s, averaged over the body (each byte buys "
+        "1/rate seconds more): a client trickling bytes is cut off with 408.",
+    )
+    max_requests_per_client: int | None = Field(
+        None,
+        ge=1,
+        description="Requests one client (see client_identity) may hold at once on the clip routes of one "
+        "ingress replica; past it 429 with Retry-After, before the body is read. None: no per-client limit.",
+    )
+    client_identity: Literal["address", "api_key"] = Field(
+        "address",
+        description="What one client is for max_requests_per_client: its IP address as the ingress sees it, "
+        "or its API key (only when keys are on; otherwise the address).",
+    )
+    large_body_bytes: int = Field(
+        16 * 1000 * 1000,
+        gt=0,
+        description="A request body over this many bytes (declared, or once received) is a large body.",
+    )
+    max_large_bodies: int = Field(
+        8,
+        ge=1,
+        description="Large bodies one ingress replica receives at once; more get 503 with Retry-After "
+        "(before reading, when Content-Length declares the size). Bounds ingress memory to about "
+        "max_large_bodies x the body limit.",
+    )
+    reserved_slots: int = Field(
+        16,
+        ge=1,
+        description="Ray Serve request slots of the ingress replica kept for /healthz, /readyz and "
+        "/v1/models: Serve's max_ongoing_requests is ingress.max_ongoing_requests plus these, and the "
+        "clip routes are admitted only up to ingress.max_ongoing_requests, so health checks never wait "
+        "behind uploads.",
+    )
+    readiness_cache_s: float = Field(
+        1.0, ge=0, description="Seconds a /readyz answer (one controller round trip) is reused."
+    )
+    refused_headers: list[str] = Field(
+        default_factory=lambda: list(RAY_SERVE_CONTROL_HEADERS),
+        description="Request headers refused with 400 on every route: Ray Serve's per-request control "
+        "headers, which are the operator's, not the client's.",
+    )
 
 
 class SamplingDefaults(_Model):
@@ -183,6 +257,12 @@ class ModelConfig(_Model):
     )
     system_prompt: str = Field(COSMOS_SYSTEM_PROMPT, description="System prompt (default: the Cosmos-Reason1 one).")
     sampling: SamplingDefaults = Field(default_factory=SamplingDefaults, description="Generation defaults.")
+    max_model_len: int | None = Field(
+        None,
+        gt=0,
+        description="The engine's context length in tokens (prompt, video and output). None: vLLM's "
+        "engine_args.max_model_len. A clip whose video tokens do not fit is refused with 400 before the engine.",
+    )
     allow_ignore_eos: bool = Field(
         False, description="Accept the benchmark-only `ignore_eos` request option (random-weight models)."
     )
@@ -198,6 +278,12 @@ class ModelConfig(_Model):
     def name(self) -> str:
         """The model name reported to clients."""
         return self.served_model_name or self.model_id
+
+    @property
+    def context_tokens(self) -> int | None:
+        """The engine's context length in tokens: ``max_model_len``, else ``engine_args.max_model_len``."""
+        value = self.max_model_len or self.engine_args.get("max_model_len")
+        return int(value) if value else None
 
 
 class DeploymentOptions(_Model):
@@ -247,6 +333,7 @@ class AppConfig(_Model):
     decode: DecodeConfig = Field(default_factory=DecodeConfig, description="Decoding and sampling.")
     limits: LimitsConfig = Field(default_factory=LimitsConfig, description="Request limits.")
     sources: SourcesConfig = Field(default_factory=SourcesConfig, description="Allowed clip sources.")
+    security: SecurityConfig = Field(default_factory=SecurityConfig, description="Defences against hostile clients.")
     api_key_env: str | None = Field(
         "COSMOS_SERVE_API_KEY",
         pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",

@@ -40,6 +40,18 @@ VIDEO_FORMATS = frozenset(
 )
 
 
+#: The supported containers, for messages.
+SUPPORTED = "MP4/MOV, Matroska/WebM, AVI, MPEG-TS/PS, FLV, ASF, raw H.264/HEVC, MJPEG"
+#: Demuxers FFmpeg may use on bytes and files (uploads, data: URLs, fetched clips, paths): the
+#: video containers above, as FFmpeg's ``format_whitelist`` (checked when the input is opened,
+#: before the demuxer runs), so a playlist or description format (``sdp`` opens UDP sockets,
+#: ``concat``/``hls`` open other files or URLs) never starts.
+FILE_FORMAT_WHITELIST = ",".join(sorted(f for f in VIDEO_FORMATS if f != "rtsp"))
+#: FFmpeg ``protocol_whitelist`` per input kind: a path may use the ``file`` protocol only; bytes
+#: (read through PyAV's own I/O) none at all ("none" names no protocol).
+PROTOCOLS = {"bytes": "none", "path": "file"}
+
+
 def _sniff_container(head: bytes) -> str | None:
     """The video container ``head`` (the first bytes of a file) looks like, by magic bytes."""
     if len(head) >= 8 and head[4:8] in (b"ftyp", b"moov", b"mdat", b"free", b"skip", b"wide", b"pnot"):
@@ -82,14 +94,21 @@ def open_container(
     param: str = "video",
     options: dict[str, str] | None = None,
     timeout: tuple[float, float] | None = None,
+    label: str | None = None,
 ) -> av.container.InputContainer:
     """Opens a clip with FFmpeg, accepting only video container formats.
 
+    Bytes and paths are opened with :data:`FILE_FORMAT_WHITELIST` and the protocol of
+    :data:`PROTOCOLS` (no other protocol, no other demuxer, not even to probe further).
+    Messages name the source by ``label`` (e.g. "the uploaded video"), never by its bytes
+    or the server's path.
+
     Args:
-        source: clip bytes, a local path, or a URL FFmpeg reads itself (``rtsp://``).
+        source: clip bytes, or a local path.
         param: request field named in errors.
-        options: FFmpeg demuxer/protocol options.
-        timeout: PyAV's ``(open, read)`` timeouts in seconds (network sources).
+        options: further FFmpeg demuxer/protocol options.
+        timeout: PyAV's ``(open, read)`` timeouts in seconds.
+        label: how messages name the source (default: "the video").
 
     Raises:
         NotFoundError (404): no such local file.
@@ -98,14 +117,21 @@ def open_container(
         UnsupportedMediaError (415): not a video container this server reads.
     """
     src = io.BytesIO(source) if isinstance(source, (bytes, bytearray, memoryview)) else str(source)
+    label = label or "the video"
     if isinstance(src, io.BytesIO) and len(source) == 0 or isinstance(source, Path) and _is_empty_file(source):
-        raise UnprocessableClipError("the video is empty (0 bytes)", param=param)
+        raise UnprocessableClipError(f"{label} is empty (0 bytes)", param=param)
+    opts = {
+        "format_whitelist": FILE_FORMAT_WHITELIST,
+        "protocol_whitelist": PROTOCOLS["bytes" if isinstance(src, io.BytesIO) else "path"],
+        **(options or {}),
+    }
     try:
-        container = av.open(src, mode="r", options=options, timeout=timeout)
+        container = av.open(src, mode="r", options=opts, timeout=timeout)
     except av.error.FileNotFoundError as e:
-        raise NotFoundError(f"video file not found: {source}", param=param) from e
+        raise NotFoundError(f"{label} was not found", param=param) from e
     except (av.error.FFmpegError, ValueError, OSError) as e:
-        reason = getattr(e, "strerror", None) or str(e)
+        # strerror only: str(e) carries the file name (a server path, or PyAV's '<none>')
+        reason = getattr(e, "strerror", None) or type(e).__name__
         kind = _sniff_container(_head(source)) if not isinstance(src, str) or Path(src).exists() else None
         if kind is not None:
             hint = (
@@ -119,13 +145,15 @@ def open_container(
                 f"FFmpeg says: {reason}",
                 param=param,
             ) from e
-        raise UnsupportedMediaError(f"not a readable video container ({reason})", param=param) from e
+        raise UnsupportedMediaError(
+            f"not a readable video container (supported: {SUPPORTED}; FFmpeg says: {reason})", param=param
+        ) from e
     if container.format.name not in VIDEO_FORMATS:
         name = container.format.name
         container.close()
         raise UnsupportedMediaError(
             f"container format '{name}' is not a supported video format "
-            f"(supported: MP4/MOV, Matroska/WebM, AVI, MPEG-TS/PS, FLV, ASF, raw H.264/HEVC, MJPEG)",
+            f"(supported: {SUPPORTED})",
             param=param,
         )
     return container

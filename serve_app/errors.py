@@ -61,6 +61,12 @@ class NotFoundError(ServeAppError):
     status, type = 404, "not_found"
 
 
+class RequestTimeoutError(ServeAppError):
+    """408: the request body did not arrive in time (security.body_timeout_s, body_min_rate_bytes_s)."""
+
+    status, type = 408, "request_timeout"
+
+
 class PayloadTooLargeError(ServeAppError):
     """413: upload bytes, clip duration or frame dimensions over a configured limit."""
 
@@ -83,6 +89,15 @@ class OverloadedError(ServeAppError):
     """503: queues are full or a replica is unavailable; carries ``Retry-After``."""
 
     status, type = 503, "overloaded"
+
+    def __init__(self, message: str, *, retry_after_s: int = 1, param: str | None = None):
+        super().__init__(message, param=param, headers={"Retry-After": str(int(retry_after_s))})
+
+
+class TooManyRequestsError(ServeAppError):
+    """429: this client holds as many requests as it may (security.max_requests_per_client); ``Retry-After``."""
+
+    status, type = 429, "rate_limit_exceeded"
 
     def __init__(self, message: str, *, retry_after_s: int = 1, param: str | None = None):
         super().__init__(message, param=param, headers={"Retry-After": str(int(retry_after_s))})

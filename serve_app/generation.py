@@ -21,11 +21,11 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Protocol
 
-from serve_app.engines.base import Engine, EngineDeadError, GenerationRequest
-from serve_app.errors import OverloadedError, internal_error
+from serve_app.engine_limits import check_context, engine_error, text_tokens_estimate
+from serve_app.engines.base import Engine, GenerationRequest
+from serve_app.errors import InvalidRequestError
 from serve_app.prompt import render_prompt
 from serve_app.protocol import ClipInfo, ClipQuestion, DecodedClip, Delta, Done, ErrorInfo, ModelChunk, VideoInfo
-from serve_app.sampling import video_tokens
 
 logger = logging.getLogger("ray.serve")
 
@@ -75,6 +75,8 @@ async def answer_stream(
     model_name: str,
     system_prompt: str,
     metrics: GenerationMetrics | None = None,
+    max_model_len: int | None = None,
+    retry_after_s: int = 1,
 ) -> AsyncIterator[ModelChunk]:
     """Streams the answer to ``question`` about ``clip`` (see the module docstring for the chunks).
 
@@ -85,8 +87,12 @@ async def answer_stream(
         model_name: the served model name (reported in :class:`ClipInfo`).
         system_prompt: the system prompt the question is rendered with.
         metrics: where queue, generation and token counts are recorded (none by default).
+        max_model_len: the engine's context in tokens; a clip that cannot fit is a 400 naming
+            ``max_frames`` before the engine (:func:`serve_app.engine_limits.check_context`).
+        retry_after_s: ``Retry-After`` of the 503 for a dead engine.
 
-    Engine failures become chunks, never exceptions: :class:`EngineDeadError` a 503
+    Engine failures become chunks, never exceptions (:func:`serve_app.engine_limits.engine_error`):
+    the request's fault (``ValueError``/``TypeError``) a 400, :class:`EngineDeadError` a 503
     :class:`ErrorInfo` (the replica is being replaced), anything else a 500 carrying the
     request id. A consumer that stops early (client gone) aborts the request in the engine.
     """
@@ -95,11 +101,19 @@ async def answer_stream(
         return
     metrics = metrics or _NoMetrics()
     rid = question.request_id
+    try:  # security: a clip that cannot fit the context is 400 before the engine (issue 13)
+        n_video = check_context(
+            clip.num_frames, clip.frames.shape[1], clip.frames.shape[2],
+            text_tokens_estimate(system_prompt, question.question), max_model_len,
+        )
+    except InvalidRequestError as e:
+        yield e.info()
+        return
     yield ClipInfo(
         video=VideoInfo.of(clip),
         warnings=tuple(clip.warnings),
         decode_ms=clip.decode_ms,
-        video_tokens=video_tokens(clip.num_frames, clip.frames.shape[1], clip.frames.shape[2]),
+        video_tokens=n_video,
         model=model_name,
         random_weights=engine.random_weights,
     )
@@ -150,14 +164,9 @@ async def answer_stream(
                     model_ms=model_ms,
                     ttft_ms=ttft_ms,
                 )
-    except EngineDeadError as e:
+    except Exception as e:  # noqa: BLE001 - one mapping: request's fault 400, engine's 503, else 500
         outcome = "error"
-        logger.error("request %s: engine dead: %s", rid, e)
-        yield OverloadedError("the model replica is restarting; retry").info()
-    except Exception:
-        outcome = "error"
-        logger.exception("request %s: engine failure", rid)
-        yield internal_error(rid)
+        yield engine_error(e, rid, retry_after_s)
     finally:
         if queued:
             metrics.dequeued(None)

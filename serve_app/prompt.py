@@ -10,6 +10,9 @@ Cosmos-Reason1 inference example. The processor (HF or vLLM) expands the single
 
 from __future__ import annotations
 
+import re
+
+from serve_app.errors import InvalidRequestError
 from serve_app.model_facts import render_chat_template
 
 
@@ -33,3 +36,28 @@ def render_prompt(question: str, system_prompt: str) -> str:
         <|im_start|>assistant
     """
     return render_chat_template(build_messages(question, system_prompt), add_generation_prompt=True)
+
+
+#: A chat-template control token: every special token of Qwen2.5-VL's tokenizer has this
+#: form (``<|im_start|>``, ``<|im_end|>``, ``<|vision_start|>``, ``<|video_pad|>``, ``<|image_pad|>``,
+#: ``<|endoftext|>`` …; tokenizer_config.json ``added_tokens_decoder``). The tokenizer turns such
+#: text into the control token itself, so user text holding one could close its turn, open a
+#: system turn or add a video placeholder.
+SPECIAL_TOKEN_RE = re.compile(r"<\|[^<>|\s]{1,64}\|>")
+
+
+def check_user_text(text: str, param: str) -> None:
+    """Refuses user text that holds a chat-template control token (see :data:`SPECIAL_TOKEN_RE`).
+
+    Refused rather than rewritten, so that what the model reads is what the client sent.
+
+    Raises:
+        InvalidRequestError (400): names ``param`` and the first token found.
+    """
+    m = SPECIAL_TOKEN_RE.search(text)
+    if m is not None:
+        raise InvalidRequestError(
+            f"{param} contains {m.group(0)!r}, a control token of the model's chat template; user text may "
+            "not contain '<|…|>' tokens (they would end the user's turn, start another or add a video)",
+            param=param,
+        )

@@ -65,7 +65,8 @@ MAX_PATH_CHARS = 4096
 
 
 def _shown(path: str, limit: int = 200) -> str:
-    """``path`` for messages and logs: repr'd, cut to ``limit`` characters."""
+    """``path`` as the client gave it, for messages and logs: repr'd (control characters escaped),
+    cut to ``limit`` characters. Messages never show the server's roots or the resolved path."""
     return repr(path if len(path) <= limit else path[:limit] + "…")
 
 
@@ -92,6 +93,10 @@ def resolve_local_path(path: str, allowed_roots: list[str], max_bytes: int) -> P
     """
     if not path or "\x00" in path:
         raise InvalidRequestError("video_path is empty or contains a NUL byte", param="video_path")
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: no file system name
+        raise InvalidRequestError("video_path is not valid Unicode (a lone surrogate)", param="video_path") from None
     if len(path) > MAX_PATH_CHARS:
         raise InvalidRequestError(
             f"video_path is {len(path)} characters; the limit is {MAX_PATH_CHARS}", param="video_path"
@@ -106,7 +111,7 @@ def resolve_local_path(path: str, allowed_roots: list[str], max_bytes: int) -> P
         candidate = (p if p.is_absolute() else roots[0] / p).resolve()
         if not any(candidate == r or r in candidate.parents for r in roots):
             raise ForbiddenSourceError(
-                f"video_path {_shown(path)} is outside the allowed roots ({', '.join(map(str, roots))})",
+                f"video_path {_shown(path)} is outside the allowed roots (sources.allowed_roots)",
                 param="video_path",
             )
         info = candidate.stat()
@@ -119,8 +124,8 @@ def resolve_local_path(path: str, allowed_roots: list[str], max_bytes: int) -> P
         ) from None
     if info is None:
         raise NotFoundError(
-            f"video_path {_shown(path)}: no such file (relative paths are resolved against the first allowed "
-            f"root, {roots[0]}; allowed roots: {', '.join(map(str, roots))})",
+            f"video_path {_shown(path)}: no such file under the allowed roots (a relative path is resolved "
+            "against the first allowed root)",
             param="video_path",
         )
     if not stat.S_ISREG(info.st_mode):

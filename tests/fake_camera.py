@@ -7,7 +7,11 @@ FU-A fragments). Modes reproduce what broken cameras do:
 * ``"normal"``: answers and streams the whole clip;
 * ``"silent"``: accepts the TCP connection and never answers;
 * ``"stall"``: answers, streams ``stall_after_s`` seconds of video, then sends nothing
-  while keeping the connection open.
+  while keeping the connection open;
+* ``"redirect"``: answers OPTIONS, then ``RTSP/1.0 302 Moved Temporarily`` with
+  ``Location: redirect_to`` to DESCRIBE (a camera sending clients elsewhere).
+
+``host``: ``"127.0.0.1"`` or ``"::1"`` (both loopback).
 """
 
 from __future__ import annotations
@@ -83,15 +87,23 @@ class FakeCamera:
     Use as a context manager; ``url`` is the stream's address.
     """
 
-    def __init__(self, mode: str = "normal", seconds: float = 4.0, stall_after_s: float = 1.0, fps: int = 10):
-        self.mode, self.stall_after_s = mode, stall_after_s
-        self.units = h264_access_units(seconds, fps) if mode != "silent" else []
-        self._server = socket.socket()
+    def __init__(
+        self,
+        mode: str = "normal",
+        seconds: float = 4.0,
+        stall_after_s: float = 1.0,
+        fps: int = 10,
+        host: str = "127.0.0.1",
+        redirect_to: str = "",
+    ):
+        self.mode, self.stall_after_s, self.redirect_to = mode, stall_after_s, redirect_to
+        self.units = h264_access_units(seconds, fps) if mode not in ("silent", "redirect") else []
+        self._server = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
         self._server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._server.bind(("127.0.0.1", 0))
+        self._server.bind((host, 0))
         self._server.listen(8)
         self.port = self._server.getsockname()[1]
-        self.url = f"rtsp://127.0.0.1:{self.port}/live"
+        self.url = f"rtsp://{f'[{host}]' if ':' in host else host}:{self.port}/live"
         self.connections = 0
         self._stop = threading.Event()
         self._socks: list[socket.socket] = []
@@ -150,6 +162,12 @@ class FakeCamera:
         extra, body = "", ""
         if method == "OPTIONS":
             extra = "Public: OPTIONS, DESCRIBE, SETUP, PLAY, TEARDOWN, GET_PARAMETER\r\n"
+        elif method == "DESCRIBE" and self.mode == "redirect":
+            conn.sendall(
+                f"RTSP/1.0 302 Moved Temporarily\r\nCSeq: {cseq}\r\nLocation: {self.redirect_to}\r\n"
+                "Content-Length: 0\r\n\r\n".encode("latin-1")
+            )
+            return
         elif method == "DESCRIBE":
             body = SDP
             extra = f"Content-Base: {url.rstrip('/')}/\r\nContent-Type: application/sdp\r\n"

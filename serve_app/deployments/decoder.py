@@ -25,6 +25,7 @@ from serve_app.capture import capture_rtsp
 from serve_app.decoder import DecodedClip, SampleRequest, decode_clip
 from serve_app.errors import ErrorInfo, ServeAppError, internal_error
 from serve_app.fetch import fetch_url
+from serve_app.guards import log_safe
 from serve_app.metrics import DecoderMetrics
 from serve_app.sources import ClipSource, resolve_local_path
 
@@ -69,11 +70,13 @@ class VideoDecoder:
         try:
             clip = await loop.run_in_executor(self._pool, self._decode, source, request)
         except ServeAppError as e:
-            logger.info("request %s: clip %s rejected: %s %s", request_id, source.name, e.status, e.message)
+            logger.info(  # security: client-chosen names escaped (issue 13)
+                "request %s: clip %s rejected: %s %s", request_id, log_safe(source.name), e.status, log_safe(e.message)
+            )
             self.metrics.error(e.type)
             return e.info()
         except Exception:
-            logger.exception("request %s: decoder bug on %s", request_id, source.name)
+            logger.exception("request %s: decoder bug on %s", request_id, log_safe(source.name))
             self.metrics.error("internal_error")
             return internal_error(request_id)
         self.metrics.clip(clip.decode_ms, clip.num_frames)

@@ -35,6 +35,7 @@ from serve_app.metrics import IngressMetrics
 from serve_app.serving import chat, health, models, query
 from serve_app.serving.context import RouteRunner
 from serve_app.serving.http_errors import AuthRejector, http_exception
+from serve_app.serving.guards import guard_middleware
 from serve_app.serving.request_id import RequestIdMiddleware
 
 logger = logging.getLogger("ray.serve")
@@ -65,17 +66,16 @@ class Ingress:
         self.query = query.QueryServing(runner)
         self.chat = chat.ChatServing(runner)
         self.models = models.ModelsServing(self.config.model.name, int(time.time()))
+        self.readiness = health.Readiness(self.config.security.readiness_cache_s)  # security: cached ~1 s
         logger.info(
             "ingress ready: API key %s", f"required (${self.config.api_key_env})" if self.api_key.enabled else "off"
         )
 
     def __serve_build_asgi_app__(self) -> Starlette:
-        """The routes, the request-id and API-key middlewares, and the error shape of Starlette's errors."""
+        """The routes, the request-id, API-key and guard middlewares, and the error shape of Starlette's errors."""
+        reject = AuthRejector(self.metrics)
         auth = Middleware(
-            ApiKeyMiddleware,
-            api_key=self.api_key,
-            exempt_paths={HEALTH_ROUTE, READY_ROUTE},
-            reject=AuthRejector(self.metrics),
+            ApiKeyMiddleware, api_key=self.api_key, exempt_paths={HEALTH_ROUTE, READY_ROUTE}, reject=reject
         )
         return Starlette(
             routes=[
@@ -84,8 +84,8 @@ class Ingress:
                 Route(MODELS_ROUTE, self.models.models, methods=["GET"]),
                 Route(MODELS_ROUTE + "/{model:path}", self.models.model_card, methods=["GET"]),
                 Route(HEALTH_ROUTE, health.healthz, methods=["GET"]),
-                Route(READY_ROUTE, health.readyz, methods=["GET"]),
+                Route(READY_ROUTE, self.readiness.readyz, methods=["GET"]),
             ],
-            middleware=[Middleware(RequestIdMiddleware), auth],
+            middleware=[Middleware(RequestIdMiddleware), *guard_middleware(self.config, self.api_key, auth, reject)],
             exception_handlers={HTTPException: http_exception},
         )

@@ -83,6 +83,8 @@ class VideoModel:
             model_name=self.config.model.name,
             system_prompt=self.config.model.system_prompt,
             metrics=self.metrics,
+            max_model_len=self.config.model.context_tokens,  # security: context check (issue 13)
+            retry_after_s=self.config.limits.retry_after_s,
         )
         interval_s = self.config.model.stream_interval_ms / 1000
         coalesced: AsyncGenerator[ModelChunk, None] = coalesce_deltas(chunks, interval_s)

@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from serve_app import openai_api
-from serve_app.api import FORM_OVERHEAD_BYTES, parse_json_object, read_body
+from serve_app.api import FORM_OVERHEAD_BYTES, read_body
 from serve_app.errors import ErrorInfo, ServeAppError, UnsupportedMediaError, error_body
 from serve_app.openai_api import ChatCompletion, ChatCompletionChunk, ChoiceDelta, ChunkChoice, CompletionUsage
 from serve_app.protocol import Delta, Done
@@ -81,11 +81,9 @@ class ChatServing:
             raise UnsupportedMediaError(f"content type {ctype or '(none)'!r} is not supported: send application/json")
         # A data: URL carries the clip in base64: 4 bytes per 3.
         raw = await read_body(request, cfg.limits.max_upload_bytes * 4 // 3 + FORM_OVERHEAD_BYTES)
-        body = parse_json_object(raw)
-        chat = openai_api.parse_chat_request(body, cfg)
+        chat, source = openai_api.parse_chat_body(raw, cfg)  # security: frees raw as it goes (issue 13)
         ctx.camera = chat.query.camera_id or ctx.camera
-        source = openai_api.clip_source(chat.video_url, cfg)
-        del raw, body  # the clip's bytes live on in the source only
+        del raw  # the clip's bytes live on in the source only
         try:
             run = await self.runner.start(ctx, source, chat.query.question, chat.query)
         except ServeAppError as e:  # the pipeline names its clip fields in /v1/video/query terms

@@ -17,13 +17,15 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from pydantic import BaseModel
+from ray.serve.exceptions import BackPressureError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from serve_app.api import ClipQueryFields, sample_request, sampling_options
 from serve_app.config import AppConfig
 from serve_app.errors import ErrorInfo, ServeAppError, error_body, error_value
-from serve_app.pipeline import ClipRun, client_error, start_run
+from serve_app.guards import log_safe, mark_pipeline_full
+from serve_app.pipeline import ClipRun, causes, client_error, start_run
 from serve_app.protocol import ClipQuestion, ClipSource, Done
 from serve_app.serving.request_id import request_id_of
 from serve_app.serving.sse import StreamEncoder, sse_stream
@@ -97,6 +99,8 @@ class RouteRunner:
             raise
         except Exception as e:  # noqa: BLE001 - mapped to the one error shape
             err = error_value(self.error_of(e, ctx))
+            if any(isinstance(c, BackPressureError) for c in causes(e)):  # security: load is knowable
+                mark_pipeline_full(request.scope)
             self._finished(route, ctx, err.status, err.type)
             return error_response(err)
 
@@ -105,7 +109,7 @@ class RouteRunner:
         self.metrics.finished(route, status, ms, err_type)
         logger.info(
             "request %s camera=%s %s -> %d%s in %.0f ms",
-            ctx.request_id, ctx.camera or "-", route, status, f" ({err_type})" if err_type else "", ms,
+            log_safe(ctx.request_id), log_safe(ctx.camera or "-"), route, status, f" ({err_type})" if err_type else "", ms,
         )
 
     async def start(self, ctx: RequestContext, source: ClipSource, question: str, fields: ClipQueryFields) -> ClipRun:

@@ -10,6 +10,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from serve_app.errors import NotReadyError
+from serve_app.guards import SharedResult
 from serve_app.serving.context import error_response
 
 logger = logging.getLogger("ray.serve")
@@ -25,15 +26,38 @@ async def healthz(request: Request) -> Response:
     return JSONResponse({"status": "ok"})
 
 
-async def readyz(request: Request) -> Response:
+class Readiness:
+    """``GET /readyz`` with Serve's status read once per ``cache_s`` seconds, shared by concurrent
+    pollers (:class:`serve_app.guards.SharedResult`): 64 pollers cost one controller round trip,
+    not 64 (issue 13).
+
+    Args:
+        cache_s: seconds a status read is reused (``security.readiness_cache_s``).
+    """
+
+    def __init__(self, cache_s: float):
+        self.status = SharedResult(lambda: asyncio.to_thread(serve.status), cache_s)
+
+    async def readyz(self, request: Request) -> Response:
+        """See :func:`readyz`; the body also carries ``status_reads``, the number of the status
+        read answered (reads so far)."""
+        return await readyz(request, self.status)
+
+
+async def readyz(request: Request, status_source: SharedResult | None = None) -> Response:
     """Readiness: 200 ``{"status": "ready", "running_replicas": {deployment: n}}`` once every
     deployment of this application has at least one RUNNING replica; before that 503
     (``Retry-After``) naming the deployments without one. Reads Serve's status from the
-    controller, so a busy model replica does not make the application look unready. A
-    deployment autoscaled down to zero replicas (``min_replicas: 0``) reads as not ready."""
+    controller (through ``status_source`` when given), so a busy model replica does not make the
+    application look unready. A deployment autoscaled down to zero replicas (``min_replicas: 0``)
+    reads as not ready."""
     app_name = serve.get_replica_context().app_name
+    reads = None
     try:
-        status = await asyncio.to_thread(serve.status)
+        if status_source is None:
+            status = await asyncio.to_thread(serve.status)
+        else:
+            status, reads = await status_source.get()
     except Exception as e:  # noqa: BLE001 - the controller is unreachable or restarting
         logger.warning("readyz: cannot read Serve's status: %r", e)
         err = NotReadyError("not ready: Serve's controller did not answer", retry_after_s=NOT_READY_RETRY_AFTER_S)
@@ -45,4 +69,7 @@ async def readyz(request: Request) -> Response:
         detail = ", ".join(waiting) if waiting else f"application {app_name!r}"
         err = NotReadyError(f"not ready: no running replica yet for {detail}", retry_after_s=NOT_READY_RETRY_AFTER_S)
         return error_response(err)
-    return JSONResponse({"status": "ready", "running_replicas": running})
+    body = {"status": "ready", "running_replicas": running}
+    if reads is not None:
+        body["status_reads"] = reads
+    return JSONResponse(body)

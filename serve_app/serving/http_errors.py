@@ -12,7 +12,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from serve_app.errors import AuthenticationError, ErrorInfo, NotFoundError
+from serve_app.errors import AuthenticationError, ErrorInfo, NotFoundError, ServeAppError
+from serve_app.guards import log_safe
 from serve_app.serving.context import error_response
 from serve_app.serving.request_id import request_id_of
 
@@ -30,7 +31,9 @@ async def http_exception(request: Request, exc: HTTPException) -> Response:
 
 
 class AuthRejector:
-    """Sends the 401 of a request without the right API key (``WWW-Authenticate: Bearer``), counted and logged.
+    """Sends the error of a request refused before its route runs, counted and logged: the 401 of a
+    request without the right API key (``WWW-Authenticate: Bearer``; metrics route ``auth``), or a
+    refusal of the request guards (:mod:`serve_app.guards`; metrics route ``guard``).
 
     Args:
         metrics: the ingress's metrics (``error``).
@@ -39,12 +42,15 @@ class AuthRejector:
     def __init__(self, metrics):
         self.metrics = metrics
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send, err: AuthenticationError) -> None:
-        """The ``reject`` callback of :class:`serve_app.auth.ApiKeyMiddleware`."""
-        self.metrics.error("auth", err.type)  # Serve's serve_num_http_requests counts the 401 itself
+    async def __call__(self, scope: Scope, receive: Receive, send: Send, err: ServeAppError) -> None:
+        """The ``reject`` callback of :class:`serve_app.auth.ApiKeyMiddleware` and the guards."""
+        route = "auth" if isinstance(err, AuthenticationError) else "guard"
+        self.metrics.error(route, err.type)  # Serve's serve_num_http_requests counts the request itself
         logger.info(
-            "request %s: %s %s rejected: %s", request_id_of(scope), scope.get("method"), scope.get("path"), err.message
+            "request %s: %s %s rejected: %s",
+            log_safe(request_id_of(scope)), scope.get("method"), log_safe(scope.get("path")), err.message,
         )
         response = error_response(err)
-        response.headers["WWW-Authenticate"] = "Bearer"
+        if isinstance(err, AuthenticationError):
+            response.headers["WWW-Authenticate"] = "Bearer"
         await response(scope, receive, send)

@@ -87,3 +87,11 @@ def test_app_config_rejects_a_misspelled_arg():
     doc["applications"][0]["args"]["decode"]["max_frame"] = 64
     with pytest.raises(ValueError, match="max_frame"):
         serve_config_problems(doc)
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+def test_every_config_states_the_model_context(path):
+    """Issue 13: a clip over the context is refused before the engine only if the config states it
+    (vLLM: engine_args.max_model_len; the CPU engine: model.max_model_len)."""
+    for app in yaml.safe_load(path.read_text())["applications"]:
+        assert AppConfig.model_validate(app.get("args") or {}).model.context_tokens, path.name

@@ -36,7 +36,8 @@ def bad(tmp_path_factory, data_dir):
         "empty bytes": (b"", UnprocessableClipError, "empty"),
         "empty file": (d / "empty.mp4", UnprocessableClipError, "empty"),
         "random bytes": (np.random.default_rng(0).bytes(50_000), UnsupportedMediaError, "not a readable video"),
-        "text file": (d / "notes.txt", UnsupportedMediaError, "'tty' is not a supported video format"),
+        # FFmpeg would open it as 'tty'; the demuxer allowlist refuses it before it runs.
+        "text file": (d / "notes.txt", UnsupportedMediaError, "not a readable video container"),
         "audio only": (d / "audio.m4a", UnsupportedMediaError, "no video stream"),
         "unknown codec": (d / "unknown_codec.avi", UnsupportedMediaError, "codec is not supported"),
         "huge frames": (d / "wide.avi", PayloadTooLargeError, "7700x64; the limit is 7680x4320"),

@@ -78,3 +78,14 @@ def test_capture_length_is_limited():
 def test_private_cameras_are_refused_unless_allowed():
     with pytest.raises(ForbiddenSourceError, match="loopback"):
         capture("rtsp://127.0.0.1:554/live", sources=SourcesConfig())
+
+
+def test_a_camera_redirect_to_another_host_is_refused_and_never_followed():
+    """Issue 13, item 3: FFmpeg follows RTSP 302 to any host; the relay refuses it (the target on
+    ::1 is outside sources.allowed_networks and must see no connection)."""
+    allowed = SourcesConfig(allowed_networks=["127.0.0.1/32"], rtsp_open_timeout_s=OPEN_S, rtsp_read_timeout_s=READ_S)
+    with FakeCamera("normal", host="::1") as target, FakeCamera("redirect", redirect_to=target.url) as cam:
+        with pytest.raises(ForbiddenSourceError, match="redirect") as e:
+            capture(cam.url, sources=allowed)
+        assert target.connections == 0 and cam.connections == 1
+    assert e.value.param == "video_url" and "::1" not in e.value.message

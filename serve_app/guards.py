@@ -1,0 +1,472 @@
+"""Request-level defences of the ingress: pure ASGI middlewares and helpers (Ray-free).
+
+Each middleware answers a hostile or overloading request itself, in the
+project's error shape, through a ``reject(scope, receive, send, error)``
+callback (the ingress's, which counts and logs it):
+
+* :class:`ControlHeaderGuard`: Ray Serve's per-request control headers
+  (``x-request-disconnect-disabled`` turns off cancellation on disconnect,
+  ``x-request-timeout-seconds`` …) are the operator's, not the client's: 400
+  naming the header, on every route.
+* :class:`AdmissionGuard`: the clip routes are admitted up to a number of
+  requests per ingress replica (``ingress.max_ongoing_requests``) and per client
+  (``security.max_requests_per_client``: 429), before the body is read; Ray
+  Serve's slot count is that plus ``security.reserved_slots``, so ``/healthz`` and
+  ``/readyz`` never queue behind uploads. It also refuses a request before its
+  body when the pipeline behind is known to be full: the last clip request to
+  end was refused by a full decoder or model queue (:func:`mark_pipeline_full`)
+  less than ``retry_after_s`` ago.
+* :class:`BodyGuard`: wraps ``receive``: a body must arrive within
+  ``body_timeout_s + received / body_min_rate_bytes_s`` seconds (408), is counted
+  as it streams and cut off at its route's limit (413, nothing more read, chunked
+  or not), and large bodies (``security.large_body_bytes``) are limited in
+  number (503).
+
+Also :class:`SharedResult` (one call shared by concurrent callers and reused
+for a TTL: the readiness check's controller round trip) and
+:func:`log_safe` (control characters escaped in logged fields).
+
+Errors raised inside ``receive`` reach the route handler, which maps them as
+every other :class:`serve_app.errors.ServeAppError`; if one escapes a handler
+before the response starts, the middleware sends it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Generic, TypeVar
+
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from serve_app.errors import (
+    InvalidRequestError,
+    OverloadedError,
+    PayloadTooLargeError,
+    RequestTimeoutError,
+    ServeAppError,
+    TooManyRequestsError,
+)
+
+logger = logging.getLogger(__name__)
+
+Reject = Callable[[Scope, Receive, Send, ServeAppError], Awaitable[None]]
+#: Scope key the route sets when the pipeline refused the request for load (a full decoder or model
+#: queue: Serve's ``BackPressureError``); see :func:`mark_pipeline_full`.
+PIPELINE_FULL = "serve_app.pipeline_full"
+
+
+def mark_pipeline_full(scope: Scope) -> None:
+    """Records on the request's scope that the pipeline refused it for load (a full queue).
+
+    :class:`AdmissionGuard` then refuses new clip requests before their body until a request
+    ends otherwise (at most ``retry_after_s``). A replica that died under a request is not load:
+    do not mark it.
+    """
+    scope[PIPELINE_FULL] = True
+T = TypeVar("T")
+
+
+def app_path(scope: Scope) -> str:
+    """The request path below the app's mount point (Serve's route prefix is the ASGI ``root_path``)."""
+    path = scope.get("path", "")
+    root = scope.get("root_path", "")
+    if root and path.startswith(root):
+        path = path[len(root) :]
+    return path or "/"
+
+
+def header_map(scope: Scope) -> Headers:
+    """The request's headers (Starlette's case-insensitive, read-only view of ``scope["headers"]``)."""
+    return Headers(scope=scope)
+
+
+_CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F]}
+_CONTROL.update({0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t"})
+
+
+def log_safe(value: object, limit: int = 200) -> str:
+    """``value`` for one log line: control characters escaped (``\\n``, ``\\x1b``), cut to ``limit`` characters.
+
+    A logged field (camera id, request id, file name, URL) can then neither end the
+    line and forge another one nor move the terminal's cursor.
+    """
+    text = value if isinstance(value, str) else str(value)
+    if len(text) > limit:
+        text = text[:limit] + f"…(+{len(text) - limit} chars)"
+    return text.translate(_CONTROL)
+
+
+def has_control_chars(text: str) -> bool:
+    """True if ``text`` holds a C0 control character (tab included) or DEL."""
+    return any(ord(c) < 0x20 or ord(c) == 0x7F for c in text)
+
+
+# --------------------------------------------------------------------------- control headers
+
+
+class ControlHeaderGuard:
+    """ASGI middleware: 400 for a request carrying any of ``headers`` (``_`` and ``-`` alike, any case).
+
+    Ray's proxy acts on its control headers before the ingress runs; refusing them here
+    turns the request away before it costs anything (a long generation that its client
+    made uncancellable, a replica pinned by a session id). Fronting proxies should strip
+    them as well (README, Security).
+
+    Args:
+        app: the wrapped ASGI app.
+        headers: refused header names.
+        reject: sends the error response.
+    """
+
+    def __init__(self, app: ASGIApp, headers: Iterable[str], reject: Reject):
+        self.app = app
+        self.refused = frozenset(_norm(h) for h in headers)
+        self.reject = reject
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and self.refused:
+            for name in Headers(scope=scope).keys():
+                if _norm(name) in self.refused:
+                    shown = name.lower()
+                    err = InvalidRequestError(
+                        f"header {shown!r} is a Ray Serve control header and is not accepted from clients; "
+                        "remove it",
+                        param=shown,
+                    )
+                    await self.reject(scope, receive, send, err)
+                    return
+        await self.app(scope, receive, send)
+
+
+def _norm(name: str) -> str:
+    return name.strip().lower().replace("_", "-")
+
+
+# --------------------------------------------------------------------------- admission
+
+
+@dataclasses.dataclass
+class AdmissionState:
+    """Counters of one ingress replica's admission (read by tests and metrics).
+
+    Attributes:
+        in_flight: clip requests admitted and not finished.
+        per_client: admitted requests per client key.
+        saturated_until: ``time.monotonic()`` until which new clip requests are refused
+            for load (0: not saturated).
+        refused: requests refused so far, by reason (``busy``, ``client_limit``, ``saturated``).
+    """
+
+    in_flight: int = 0
+    per_client: dict[str, int] = dataclasses.field(default_factory=dict)
+    saturated_until: float = 0.0
+    refused: dict[str, int] = dataclasses.field(default_factory=dict)
+
+
+class AdmissionGuard:
+    """ASGI middleware: admits clip requests (``paths``) by count, before their body is read.
+
+    Args:
+        app: the wrapped ASGI app.
+        paths: the guarded paths (below the route prefix); other paths pass untouched.
+        max_in_flight: clip requests this replica holds at once; more get 503 + ``Retry-After``.
+        max_per_client: requests one client holds at once (None: no limit); more get 429 + ``Retry-After``.
+        client_key: ``client_key(scope, headers)`` → the client's identity (see :func:`client_key`).
+        retry_after_s: the ``Retry-After`` value, seconds; also how long, at most, a 503 for
+            load from the pipeline makes new requests be refused before their body.
+        reject: sends the error response.
+        clock: ``time.monotonic``-like (tests inject one).
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        paths: Iterable[str],
+        max_in_flight: int,
+        max_per_client: int | None,
+        client_key: Callable[[Scope, Mapping[str, str]], str],
+        retry_after_s: int,
+        reject: Reject,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.app = app
+        self.paths = frozenset(paths)
+        self.max_in_flight = max_in_flight
+        self.max_per_client = max_per_client
+        self.client_key = client_key
+        self.retry_after_s = retry_after_s
+        self.reject = reject
+        self.clock = clock
+        self.state = AdmissionState()
+
+    def _refuse(self, reason: str) -> ServeAppError:
+        self.state.refused[reason] = self.state.refused.get(reason, 0) + 1
+        retry = max(1, self.retry_after_s)
+        if reason == "client_limit":
+            return TooManyRequestsError(
+                f"this client already has {self.max_per_client} requests in progress (the per-client limit, "
+                f"security.max_requests_per_client); retry after {retry} s",
+                retry_after_s=retry,
+            )
+        why = (
+            f"{self.max_in_flight} requests in progress (ingress.max_ongoing_requests)"
+            if reason == "busy"
+            else "the decode and model queues are full"
+        )
+        return OverloadedError(f"server busy: {why}; retry after {retry} s", retry_after_s=retry)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or app_path(scope) not in self.paths:
+            await self.app(scope, receive, send)
+            return
+        st = self.state
+        key = self.client_key(scope, header_map(scope))
+        err = None
+        if st.in_flight >= self.max_in_flight:
+            err = self._refuse("busy")
+        elif self.max_per_client is not None and st.per_client.get(key, 0) >= self.max_per_client:
+            err = self._refuse("client_limit")
+        elif st.saturated_until > self.clock():
+            err = self._refuse("saturated")
+        if err is not None:
+            await self.reject(scope, receive, send, err)
+            return
+        st.in_flight += 1
+        st.per_client[key] = st.per_client.get(key, 0) + 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            st.in_flight -= 1
+            left = st.per_client.get(key, 1) - 1
+            if left > 0:
+                st.per_client[key] = left
+            else:
+                st.per_client.pop(key, None)
+            if scope.get(PIPELINE_FULL):
+                st.saturated_until = self.clock() + max(1, self.retry_after_s)
+            else:  # a request ended (answered, failed or abandoned by its client): a slot may be free
+                st.saturated_until = 0.0
+
+
+def client_key(scope: Scope, headers: Mapping[str, str], identity: str = "address", keys_on: bool = False) -> str:
+    """The identity of a request's client for per-client limits.
+
+    ``identity="api_key"`` with API keys on: a hash of the presented key (the key itself
+    is never kept); otherwise the client's IP address as the ingress sees it (Ray's
+    proxy passes the TCP peer: behind a fronting proxy, every client is the proxy).
+    """
+    if identity == "api_key" and keys_on:
+        from serve_app.auth import presented_key
+
+        key = presented_key(headers)
+        if key:
+            return "key:" + hashlib.sha256(key.encode()).hexdigest()[:16]
+    client = scope.get("client")
+    host = client[0] if isinstance(client, (tuple, list)) and client else "unknown"
+    return f"addr:{host}"
+
+
+# --------------------------------------------------------------------------- bodies
+
+
+@dataclasses.dataclass
+class BodyState:
+    """Counters of one ingress replica's bodies (read by tests).
+
+    Attributes:
+        large_in_flight: large bodies being received or held now.
+        timed_out: bodies cut off for arriving too slowly (408).
+        too_large: bodies cut off at their limit (413).
+        max_bytes_read: the most bytes read of any one body so far.
+    """
+
+    large_in_flight: int = 0
+    timed_out: int = 0
+    too_large: int = 0
+    max_bytes_read: int = 0
+
+
+class BodyGuard:
+    """ASGI middleware: deadlines, streaming size limits and a large-body count for request bodies.
+
+    Args:
+        app: the wrapped ASGI app.
+        max_bytes: path → the largest body accepted there, bytes (paths absent: no size limit,
+            but the deadline and large-body count still apply).
+        timeout_s: seconds a body may take on top of ``received / min_rate_bytes_s``.
+        min_rate_bytes_s: slowest accepted average rate, bytes/s.
+        large_body_bytes: a body over this size (declared or received) is large.
+        max_large_bodies: large bodies received or held at once; more: 503.
+        retry_after_s: ``Retry-After`` of that 503, seconds.
+        reject: sends an error response when the app has not started one.
+        clock: ``time.monotonic``-like.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        max_bytes: Mapping[str, int],
+        timeout_s: float,
+        min_rate_bytes_s: float,
+        large_body_bytes: int,
+        max_large_bodies: int,
+        retry_after_s: int,
+        reject: Reject,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.app = app
+        self.max_bytes = dict(max_bytes)
+        self.timeout_s = timeout_s
+        self.min_rate = float(min_rate_bytes_s)
+        self.large_body_bytes = large_body_bytes
+        self.max_large_bodies = max_large_bodies
+        self.retry_after_s = retry_after_s
+        self.reject = reject
+        self.clock = clock
+        self.state = BodyState()
+
+    def _too_many_large(self) -> OverloadedError:
+        retry = max(1, self.retry_after_s)
+        return OverloadedError(
+            f"server busy: {self.max_large_bodies} large uploads (over {self.large_body_bytes} bytes) are being "
+            f"received already (security.max_large_bodies); retry after {retry} s",
+            retry_after_s=retry,
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        st = self.state
+        path = app_path(scope)
+        limit = self.max_bytes.get(path)
+        declared_raw = header_map(scope).get("content-length", "")
+        declared = int(declared_raw) if declared_raw.isdigit() else None
+        if limit is not None and declared is not None and declared > limit:
+            st.too_large += 1
+            await self.reject(scope, receive, send, PayloadTooLargeError(
+                f"request body is {declared} bytes; the limit is {limit} bytes", param="video"
+            ))
+            return
+        holds_large = False
+        if declared is not None and declared > self.large_body_bytes:
+            if st.large_in_flight >= self.max_large_bodies:
+                await self.reject(scope, receive, send, self._too_many_large())
+                return
+            st.large_in_flight += 1
+            holds_large = True
+        t0 = self.clock()
+        received = 0
+        done = False
+
+        async def guarded_receive() -> Message:
+            nonlocal received, done, holds_large
+            if done:
+                return await receive()
+            remaining = t0 + self.timeout_s + received / self.min_rate - self.clock()
+            try:
+                async with asyncio.timeout(max(0.0, remaining)):
+                    message = await receive()
+            except TimeoutError:
+                st.timed_out += 1
+                done = True
+                raise RequestTimeoutError(
+                    f"the request body arrived too slowly: {received} bytes in {self.clock() - t0:.0f} s "
+                    f"(a body must arrive at {self.min_rate:.0f} bytes/s or more on average after the first "
+                    f"{self.timeout_s:g} s; security.body_timeout_s, security.body_min_rate_bytes_s)"
+                ) from None
+            if message["type"] != "http.request":
+                done = True
+                return message
+            received += len(message.get("body", b""))
+            st.max_bytes_read = max(st.max_bytes_read, received)
+            if limit is not None and received > limit:
+                st.too_large += 1
+                done = True
+                raise PayloadTooLargeError(
+                    f"request body exceeds the limit of {limit} bytes", param="video"
+                )
+            if not holds_large and received > self.large_body_bytes:
+                if st.large_in_flight >= self.max_large_bodies:
+                    done = True
+                    raise self._too_many_large()
+                st.large_in_flight += 1
+                holds_large = True
+            if not message.get("more_body", False):
+                done = True
+            return message
+
+        started = False
+
+        async def tracked_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, guarded_receive, tracked_send)
+        except ServeAppError as e:
+            if started:
+                raise
+            await self.reject(scope, receive, send, e)
+        finally:
+            if holds_large:
+                st.large_in_flight -= 1
+
+
+# --------------------------------------------------------------------------- shared results
+
+
+class SharedResult(Generic[T]):
+    """One async call shared by concurrent callers and reused for ``ttl_s`` seconds.
+
+    ``/readyz`` reads Serve's status from the controller: with this, 64 pollers cost one
+    round trip per ``ttl_s``, not 64. A failed call is not cached (the next caller retries).
+
+    Args:
+        fn: the call, ``async fn() -> T``.
+        ttl_s: seconds a result is reused (0: only shared between concurrent callers).
+        clock: ``time.monotonic``-like.
+
+    Attributes:
+        calls: how many times ``fn`` ran.
+    """
+
+    def __init__(self, fn: Callable[[], Awaitable[T]], ttl_s: float, clock: Callable[[], float] = time.monotonic):
+        self.fn = fn
+        self.ttl_s = ttl_s
+        self.clock = clock
+        self.calls = 0
+        self._value: tuple[float, T] | None = None
+        self._pending: asyncio.Future | None = None
+
+    async def get(self) -> tuple[T, int]:
+        """The result and the number of the call that produced it (1, 2, …).
+
+        Raises:
+            Exception: whatever ``fn`` raised (shared by the callers waiting on that call).
+        """
+        now = self.clock()
+        if self._value is not None and now - self._value[0] < self.ttl_s:
+            return self._value[1], self.calls
+        if self._pending is None:
+            self._pending = asyncio.ensure_future(self._run())
+        pending = self._pending
+        return await asyncio.shield(pending)
+
+    async def _run(self) -> tuple[T, int]:
+        try:
+            self.calls += 1
+            n = self.calls
+            value = await self.fn()
+            self._value = (self.clock(), value)
+            return value, n
+        finally:
+            self._pending = None
