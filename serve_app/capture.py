@@ -138,7 +138,7 @@ def capture_rtsp(
         relay.close()
         raise
     store = FrameStore(grid.count, decode.budget, decode.interpolation)
-    selector = FrameSelector(grid)
+    selector: FrameSelector[av.VideoFrame] = FrameSelector(grid)
     warnings: list[str] = []
     n_decoded = 0
     t0_pts = None
@@ -148,7 +148,7 @@ def capture_rtsp(
         cc = stream.codec_context
         check_frame_limits(cc.width, cc.height, decode, limits, PARAM)
         configure_decoder(stream, decode.threads)
-        tb = float(stream.time_base)
+        tb = float(stream.time_base or 0)
         last_packet = time.monotonic()
         try:
             for packet in container.demux(stream):

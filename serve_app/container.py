@@ -118,7 +118,9 @@ def open_container(
     """
     src = io.BytesIO(source) if isinstance(source, (bytes, bytearray, memoryview)) else str(source)
     label = label or "the video"
-    if isinstance(src, io.BytesIO) and len(source) == 0 or isinstance(source, Path) and _is_empty_file(source):
+    if (isinstance(src, io.BytesIO) and src.getbuffer().nbytes == 0) or (
+        isinstance(source, Path) and _is_empty_file(source)
+    ):
         raise UnprocessableClipError(f"{label} is empty (0 bytes)", param=param)
     opts = {
         "format_whitelist": FILE_FORMAT_WHITELIST,
@@ -167,7 +169,7 @@ def video_stream(container: av.container.InputContainer, *, param: str = "video"
     """
     streams = [s for s in container.streams.video if not (s.disposition & av.stream.Disposition.attached_pic)]
     if not streams:
-        kinds = sorted({s.type for s in container.streams}) or ["none"]
+        kinds: list[str] = sorted({s.type for s in container.streams}) or ["none"]
         raise UnsupportedMediaError(f"the file has no video stream (streams: {', '.join(kinds)})", param=param)
     stream = streams[0]
     if stream.codec_context is None:

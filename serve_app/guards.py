@@ -131,7 +131,7 @@ class ControlHeaderGuard:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and self.refused:
-            for name in Headers(scope=scope).keys():
+            for name in Headers(scope=scope):
                 if _norm(name) in self.refused:
                     shown = name.lower()
                     err = InvalidRequestError(

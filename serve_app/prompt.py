@@ -11,12 +11,13 @@ Cosmos-Reason1 inference example. The processor (HF or vLLM) expands the single
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from serve_app.errors import InvalidRequestError
 from serve_app.model_facts import render_chat_template
 
 
-def build_messages(question: str, system_prompt: str) -> list[dict]:
+def build_messages(question: str, system_prompt: str) -> list[dict[str, Any]]:
     """Chat messages in the HF/OpenAI multimodal shape: system text, then user video + text."""
     return [
         {"role": "system", "content": [{"type": "text", "text": system_prompt}]},

@@ -13,6 +13,7 @@ with 403 and FFmpeg has no second address to connect to.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import selectors
 import socket
@@ -64,7 +65,7 @@ class RtspRelay:
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rtsp-relay", daemon=True)
 
-    def __enter__(self) -> "RtspRelay":
+    def __enter__(self) -> RtspRelay:
         self._thread.start()
         return self
 
@@ -75,10 +76,8 @@ class RtspRelay:
         """Closes both connections and the listening socket (idempotent)."""
         self._closed.set()
         for s in self._socks:
-            try:
+            with contextlib.suppress(OSError):
                 s.close()
-            except OSError:
-                pass
 
     def _run(self) -> None:
         try:
@@ -114,7 +113,8 @@ class RtspRelay:
         try:
             while not self._closed.is_set():
                 for key, _ in sel.select(timeout=0.5):
-                    data = key.fileobj.recv(65536)
+                    conn: socket.socket = key.fileobj  # type: ignore[assignment]  # only sockets are registered
+                    data = conn.recv(65536)
                     if not data:
                         return
                     if key.data == "client":

@@ -11,6 +11,7 @@ ending with ``data: [DONE]``; an error inside a stream is the error body.
 from __future__ import annotations
 
 import time
+from typing import Literal
 
 from pydantic import BaseModel
 from starlette.requests import Request
@@ -40,7 +41,9 @@ class ChatEncoder:
         self.ids = {"id": completion_id, "created": created, "model": model}
         self.include_usage = include_usage
 
-    def _chunk(self, delta: ChoiceDelta, finish_reason=None) -> ChatCompletionChunk:
+    def _chunk(
+        self, delta: ChoiceDelta, finish_reason: Literal["stop", "length"] | None = None
+    ) -> ChatCompletionChunk:
         return ChatCompletionChunk(**self.ids, choices=[ChunkChoice(delta=delta, finish_reason=finish_reason)])
 
     def start(self) -> list[BaseModel]:

@@ -109,7 +109,12 @@ class RouteRunner:
         self.metrics.finished(route, status, ms, err_type)
         logger.info(
             "request %s camera=%s %s -> %d%s in %.0f ms",
-            log_safe(ctx.request_id), log_safe(ctx.camera or "-"), route, status, f" ({err_type})" if err_type else "", ms,
+            log_safe(ctx.request_id),
+            log_safe(ctx.camera or "-"),
+            route,
+            status,
+            f" ({err_type})" if err_type else "",
+            ms,
         )
 
     async def start(self, ctx: RequestContext, source: ClipSource, question: str, fields: ClipQueryFields) -> ClipRun:

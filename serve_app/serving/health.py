@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 from ray import serve
+from ray.serve.schema import ReplicaState, ServeStatus
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -44,7 +46,7 @@ class Readiness:
         return await readyz(request, self.status)
 
 
-async def readyz(request: Request, status_source: SharedResult | None = None) -> Response:
+async def readyz(request: Request, status_source: SharedResult[ServeStatus] | None = None) -> Response:
     """Readiness: 200 ``{"status": "ready", "running_replicas": {deployment: n}}`` once every
     deployment of this application has at least one RUNNING replica; before that 503
     (``Retry-After``) naming the deployments without one. Reads Serve's status from the
@@ -63,13 +65,15 @@ async def readyz(request: Request, status_source: SharedResult | None = None) ->
         err = NotReadyError("not ready: Serve's controller did not answer", retry_after_s=NOT_READY_RETRY_AFTER_S)
         return error_response(err)
     app = status.applications.get(app_name)
-    running = {name: d.replica_states.get("RUNNING", 0) for name, d in (app.deployments.items() if app else [])}
+    running = {
+        name: d.replica_states.get(ReplicaState.RUNNING, 0) for name, d in (app.deployments.items() if app else [])
+    }
     waiting = sorted(name for name, n in running.items() if n == 0)
     if app is None or waiting:
         detail = ", ".join(waiting) if waiting else f"application {app_name!r}"
         err = NotReadyError(f"not ready: no running replica yet for {detail}", retry_after_s=NOT_READY_RETRY_AFTER_S)
         return error_response(err)
-    body = {"status": "ready", "running_replicas": running}
+    body: dict[str, Any] = {"status": "ready", "running_replicas": running}
     if reads is not None:
         body["status_reads"] = reads
     return JSONResponse(body)

@@ -14,6 +14,7 @@ from starlette.types import Receive, Scope, Send
 
 from serve_app.errors import AuthenticationError, ErrorInfo, NotFoundError, ServeAppError
 from serve_app.guards import log_safe
+from serve_app.metrics import IngressMetrics
 from serve_app.serving.context import error_response
 from serve_app.serving.request_id import request_id_of
 
@@ -39,7 +40,7 @@ class AuthRejector:
         metrics: the ingress's metrics (``error``).
     """
 
-    def __init__(self, metrics):
+    def __init__(self, metrics: IngressMetrics):
         self.metrics = metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send, err: ServeAppError) -> None:

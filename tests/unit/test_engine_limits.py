@@ -38,7 +38,13 @@ class FakeVLLMValidationError(ValueError):
 @pytest.mark.parametrize(
     ("exc", "status", "kind"),
     [
-        (FakeVLLMValidationError("The decoder prompt (length 20000) is longer than the maximum model length of 16384.\nMake sure"), 400, "invalid_request_error"),
+        (
+            FakeVLLMValidationError(
+                "The decoder prompt (length 20000) is longer than the maximum model length of 16384.\nMake sure"
+            ),
+            400,
+            "invalid_request_error",
+        ),
         (TypeError("unexpected keyword"), 400, "invalid_request_error"),
         (EngineDeadError("EngineCore died"), 503, "overloaded"),
         (RuntimeError("CUDA error: an illegal memory access"), 500, "internal_error"),

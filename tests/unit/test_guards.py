@@ -95,7 +95,9 @@ def chunks(sizes, gap_s=0.0, forever=False):
 
 
 def test_control_headers_are_refused_whatever_their_spelling():
-    guard = ControlHeaderGuard(body_reader(None), ["x-request-disconnect-disabled", "serve_multiplexed_model_id"], reject)
+    guard = ControlHeaderGuard(
+        body_reader(None), ["x-request-disconnect-disabled", "serve_multiplexed_model_id"], reject
+    )
     for name in ("X-Request-Disconnect-Disabled", "serve-multiplexed-model-id", "SERVE_MULTIPLEXED_MODEL_ID"):
         status, _, body = asyncio.run(call(guard, scope(headers=[(name, "?1")]), chunks([])))
         assert status == 400
@@ -316,7 +318,7 @@ def test_a_503_that_is_not_a_full_queue_does_not_refuse_the_next_request():
         await call(guard, scope("/q"), receive)
         return guard, receive
 
-    guard, receive = asyncio.run(run())
+    guard, _receive = asyncio.run(run())
     assert guard.state.refused == {} and guard.state.saturated_until == 0.0
 
 

@@ -70,12 +70,12 @@ def test_a_malformed_chat_url_is_400(url):
 
 def test_one_url_length_limit_on_both_routes():
     long_url = "http://example.com/" + "a" * 5000
-    with pytest.raises(InvalidRequestError, match="limits.max_url_chars") as e:
+    with pytest.raises(InvalidRequestError, match=r"limits\.max_url_chars") as e:
         clip_source(long_url, CFG)
     assert str(len(long_url)) in e.value.message
-    with pytest.raises(InvalidRequestError, match="limits.max_url_chars"):
+    with pytest.raises(InvalidRequestError, match=r"limits\.max_url_chars"):
         validate_query({"question": "q", "video_url": long_url}, CFG)
-    with pytest.raises(InvalidRequestError, match="limits.max_url_chars"):
+    with pytest.raises(InvalidRequestError, match=r"limits\.max_url_chars"):
         validate_query({"question": "q", "video_path": "a" * 5000}, CFG)
 
 
@@ -99,7 +99,11 @@ def test_camera_id_with_control_characters_is_refused():
 def test_path_errors_name_the_given_path_never_the_root(tmp_path):
     root = tmp_path / "srv" / "videos"
     root.mkdir(parents=True)
-    for path, kind in [("/etc/passwd", ForbiddenSourceError), ("../x.mp4", ForbiddenSourceError), ("missing.mp4", NotFoundError)]:
+    for path, kind in [
+        ("/etc/passwd", ForbiddenSourceError),
+        ("../x.mp4", ForbiddenSourceError),
+        ("missing.mp4", NotFoundError),
+    ]:
         with pytest.raises(kind) as e:
             resolve_local_path(path, [str(root)], 10)
         assert str(tmp_path) not in e.value.message and repr(path) in e.value.message
@@ -203,7 +207,7 @@ def test_a_chat_data_url_is_held_about_once_not_four_times():
     tracemalloc.start()
     try:
         base = tracemalloc.get_traced_memory()[0]
-        query, source = parse_chat_body(raw, CFG)
+        _query, source = parse_chat_body(raw, CFG)
         gc.collect()
         held, peak = tracemalloc.get_traced_memory()
     finally:

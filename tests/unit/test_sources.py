@@ -80,7 +80,7 @@ def test_urls_to_private_addresses_are_403_after_resolution():
     assert (ok.scheme, ok.host, ok.port, ok.addresses) == ("rtsp", "cam.example.com", 554, ("93.184.216.34",))
     assert ok.with_address("93.184.216.34") == "rtsp://user:pw@93.184.216.34:554/stream1"
     # One private address among the answers is enough to refuse (the client could land on it).
-    with pytest.raises(ForbiddenSourceError, match="192.168.1.20, which is a private address"):
+    with pytest.raises(ForbiddenSourceError, match=r"192\.168\.1\.20, which is a private address"):
         check_url("http://nas.example.com/a.mp4", cfg, resolve=res)
     with pytest.raises(ForbiddenSourceError, match="loopback"):
         check_url("http://127.0.0.1:8000/a.mp4", cfg, resolve=socket.getaddrinfo)

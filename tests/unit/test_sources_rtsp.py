@@ -65,7 +65,7 @@ def test_a_refused_connection_is_422():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-        with pytest.raises(UnprocessableClipError, match="refused|cannot open"):
+        with pytest.raises(UnprocessableClipError, match=r"refused|cannot open"):
             capture(f"rtsp://127.0.0.1:{port}/live")
 
 
