@@ -55,6 +55,7 @@ def cpu_app_args(**overrides) -> dict:
         "ingress": {"max_ongoing_requests": 64},
         "decoder": {"max_queued_requests": -1},
         "model_replica": {"max_ongoing_requests": 8, "max_queued_requests": -1},
+        "stream_worker": {"num_cpus": 0, "num_replicas": 1},
     }
     for key, value in overrides.items():
         sections[key] = {**sections[key], **value} if isinstance(value, dict) and key in sections else value
