@@ -68,7 +68,7 @@ def per_stream(answers: list[dict], ids: list[str], t0: float, t1: float) -> dic
 
 
 def soak(args) -> int:
-    header = {"bench": "streams-soak", "command": "python -m serve_app.bench.soak --streams " + " ".join(args.argv),
+    header = {"bench": "streams-soak", "command": "python -m serve_app.bench.soak --streams " + " ".join(args.argv[1:]),
               "machine": local_serve.machine(), "config": args.config,
               "scenario": {"cameras": args.cameras, "window_s": args.window_s, "fps": args.fps,
                            "duration_min": args.duration_min, "warmup_min": args.warmup_min, "max_tokens": args.max_tokens,
@@ -142,7 +142,7 @@ def _write_soak(args, header, samples, answers, ids, t_start, statuses) -> None:
 def faults(args) -> int:
     from serve_app.testing.fake_camera import FakeCamera
 
-    out: dict = {"bench": "stream-faults", "command": "python -m serve_app.bench.streams faults " + " ".join(args.argv),
+    out: dict = {"bench": "stream-faults", "command": "python -m serve_app.bench.streams " + " ".join(args.argv),
                  "machine": local_serve.machine(), "config": args.config, "pause_s": args.pause_s}
     with tempfile.TemporaryDirectory() as db, FakeCamera(seconds=4.0, fps=10, realtime=True, loop=True) as cam:
         base = local_serve.start(args.port, object_store_mb=1024)
@@ -170,7 +170,7 @@ def faults(args) -> int:
                     time.sleep(0.2)
                 return None
 
-            out["first_answer_s"] = wait_answers(0, 300)
+            out["first_answer_s"] = _round(wait_answers(0, 300))
             cam.pause()
             t_pause = time.monotonic()
             seen = set()
