@@ -33,7 +33,7 @@ import numpy as np
 from serve_app.config import AppConfig
 from serve_app.container import configure_decoder, video_stream
 from serve_app.decoder import DecodedClip
-from serve_app.errors import ServeAppError
+from serve_app.errors import ServeAppError, UnprocessableClipError, UnsupportedMediaError
 from serve_app.frames import FrameStore
 from serve_app.sampling import even_frame_count
 from serve_app.sources import check_url, resolve_local_path
@@ -82,6 +82,52 @@ class _Converter:
             rgb = np.ascontiguousarray(np.rot90(rgb, k=-(self.store.rotation_cw // 90)))
         self.spent_s += time.perf_counter() - t0
         return rgb
+
+
+#: HTTP live formats a stream may use, by what their first bytes look like (FFmpeg demuxer names).
+HTTP_FORMATS = ("mov,mp4,m4a,3gp,3g2,mj2", "mpegts", "mpjpeg", "mjpeg")
+
+
+def sniff_http_format(url: str, host_header: str, connect_timeout_s: float, read_timeout_s: float) -> str:
+    """The FFmpeg demuxer for an ``http(s)://`` live source, from its first bytes (redirects refused).
+
+    Progressive MP4 (``ftyp``/``moov``/``mdat`` box), MPEG-TS (sync byte 0x47 every 188 bytes),
+    MJPEG over HTTP (``multipart/x-mixed-replace``, or raw JPEG ``FF D8``). Anything else, notably
+    an HLS playlist (``#EXTM3U``, whose segment URLs would not pass the source checks), is refused.
+
+    Raises:
+        UnsupportedMediaError (415): not one of those formats (HLS included), or an HTTP redirect.
+        UnprocessableClipError (422): the server answered with an error status.
+    """
+    import httpx
+
+    timeout = httpx.Timeout(read_timeout_s, connect=connect_timeout_s)
+    with httpx.stream("GET", url, headers={"host": host_header}, timeout=timeout, follow_redirects=False) as r:
+        if 300 <= r.status_code < 400:
+            raise UnsupportedMediaError("the camera URL redirects; give the final URL (redirects are not followed for live streams)", param="url")
+        if r.status_code >= 400:
+            raise UnprocessableClipError(f"the camera URL answered HTTP {r.status_code}", param="url")
+        ctype = r.headers.get("content-type", "").lower()
+        head = b""
+        for chunk in r.iter_bytes():
+            head += chunk
+            if len(head) >= 400:
+                break
+    if ctype.startswith("multipart/x-mixed-replace"):
+        return "mpjpeg"
+    if head[4:8] in (b"ftyp", b"moov", b"mdat", b"free", b"wide"):
+        return HTTP_FORMATS[0]
+    if len(head) >= 377 and head[0] == 0x47 and head[188] == 0x47 and head[376] == 0x47:
+        return "mpegts"
+    if head[:2] == b"\xff\xd8":
+        return "mjpeg"
+    if head.lstrip().startswith(b"#EXTM3U") or "mpegurl" in ctype:
+        raise UnsupportedMediaError(
+            "HLS playlists are refused: their segment URLs are not checked by the source rules; "
+            "use progressive MP4, MPEG-TS or MJPEG over HTTP, or rtsp://",
+            param="url",
+        )
+    raise UnsupportedMediaError("the camera URL is not progressive MP4, MPEG-TS or MJPEG over HTTP", param="url")
 
 
 def window_clip(window: Window, fps: float, source: tuple[int, int], source_fps: float | None, decode_ms: float) -> DecodedClip:
@@ -205,10 +251,13 @@ class CameraReader:
                 if checked.scheme == "rtsp":
                     opts = {"rtsp_transport": "tcp", "timeout": str(int(s.read_timeout_s * 1e6)), "analyzeduration": "1000000"}
                     return av.open(checked.with_address(checked.addresses[0]), options=opts, timeout=timeout)
+                target = checked.with_address(checked.addresses[0]) if checked.scheme == "http" else url
+                fmt = sniff_http_format(target, checked.host_header, cfg.sources.url_connect_timeout_s, s.read_timeout_s)
+                opts = {"rw_timeout": str(int(s.read_timeout_s * 1e6))}
                 if checked.scheme == "http":
-                    opts = {"headers": f"Host: {checked.host_header}\r\n", "rw_timeout": str(int(s.read_timeout_s * 1e6))}
-                    return av.open(checked.with_address(checked.addresses[0]), options=opts, timeout=timeout)
-                return av.open(url, options={"rw_timeout": str(int(s.read_timeout_s * 1e6))}, timeout=timeout)
+                    opts["headers"] = f"Host: {checked.host_header}\r\n"
+                # The format is forced: FFmpeg never probes the body as a playlist that opens further URLs.
+                return av.open(target, format=fmt, options=opts, timeout=timeout)
             path = resolve_local_path(url, cfg.sources.allowed_roots, cfg.limits.max_upload_bytes)
             return av.open(str(path))
         except ServeAppError as e:
@@ -230,6 +279,9 @@ class CameraReader:
             tb = float(stream.time_base or 0) or 1 / 90000
             rate = float(stream.average_rate) if stream.average_rate else None
             is_file = not self.spec.url.startswith(("rtsp:", "http:", "https:"))
+            # Files and HTTP sources (a progressive MP4 may be a file on a web server) are paced by their
+            # timestamps; an RTSP camera paces itself.
+            paced = not self.spec.url.startswith("rtsp:")
             # A new connection continues stream time where the last one stopped (plus the wall-clock gap).
             if self._last_wall:
                 self._offset_s = self._last_t + max(1e-3, time.time() - self._last_wall if not is_file else 1 / (rate or 25))
@@ -246,7 +298,7 @@ class CameraReader:
                     first_pts = ts if first_pts is None else first_pts
                     ts_s = (ts - first_pts) * tb
                 n += 1
-                if is_file:  # real-time pacing: show each frame at its presentation time
+                if paced:  # real-time pacing: show each frame at its presentation time
                     delay = wall0 + ts_s - time.monotonic()
                     if delay > 0 and self._stop.wait(delay):
                         return got

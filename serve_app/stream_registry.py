@@ -24,7 +24,6 @@ from serve_app.errors import ErrorInfo, NotFoundError, OverloadedError, error_va
 from serve_app.pipeline import client_error
 from serve_app.protocol import ClipInfo, ClipQuestion, DecodedClip, Delta, Done, ModelChunk, SamplingOptions
 from serve_app.reasoning import split_reasoning
-from serve_app.sampling import video_tokens
 from serve_app.stream_core import EventLog, NewestWinsQueue, Percentiles
 from serve_app.stream_protocol import (
     RANDOM_WEIGHTS_NOTE,
@@ -390,7 +389,3 @@ class StreamRegistry:
                 return info, "".join(parts), chunk
         raise RuntimeError("model stream ended without a Done chunk")
 
-
-def window_video_tokens(clip: DecodedClip) -> int:
-    """Video tokens a window takes (for reports)."""
-    return video_tokens(clip.num_frames, clip.frames.shape[1], clip.frames.shape[2])

@@ -205,7 +205,12 @@ class StreamsServing:
                 if not batch.events:
                     yield b": keep-alive\n\n"
                     last = max(last, batch.last_id)
-                result = await self.worker.events.remote(last, stream_id, POLL_S)
+                try:
+                    result = await self.worker.events.remote(last, stream_id, POLL_S)
+                except Exception as e:  # noqa: BLE001 - the worker replica died or is being replaced
+                    logger.info("event stream ended: stream worker unavailable (%s)", type(e).__name__)
+                    yield b"event: error\ndata: {\"error\": {\"type\": \"overloaded\", \"message\": \"the stream worker is restarting; reconnect with Last-Event-ID\", \"param\": null}}\n\n"
+                    return
                 if isinstance(result, ErrorInfo):  # the stream was deleted
                     yield f"event: error\ndata: {{\"error\": {{\"type\": \"{result.type}\", \"message\": \"stream gone\", \"param\": null}}}}\n\n".encode()
                     return

@@ -269,3 +269,57 @@ def test_redact_and_thumbnail():
 
     jpg = jpeg_thumbnail(np.zeros((252, 448, 3), np.uint8), 320)
     assert jpg[:2] == b"\xff\xd8" and len(jpg) < 20_000
+
+
+@pytest.fixture(scope="module")
+def http_cams(tmp_path_factory):
+    """tests/data plus an HLS playlist and a redirect, over HTTP on loopback."""
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    root = tmp_path_factory.mktemp("http")
+    (root / "clip.mp4").write_bytes((DATA / "intel_car-detection.mp4").read_bytes())
+    (root / "live.m3u8").write_text("#EXTM3U\n#EXT-X-TARGETDURATION:2\n#EXTINF:2,\nhttp://10.0.0.1/seg0.ts\n")
+
+    class Handler(SimpleHTTPRequestHandler):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, directory=str(root), **kw)
+
+        def do_GET(self):
+            if self.path == "/moved":
+                self.send_response(302)
+                self.send_header("Location", "http://10.0.0.1/x.mp4")
+                self.end_headers()
+                return
+            super().do_GET()
+
+        def log_message(self, *a):
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}"
+    srv.shutdown()
+
+
+@pytest.mark.parametrize("path, state, error", [
+    ("/clip.mp4", "running", None),
+    ("/live.m3u8", "failed", "HLS playlists are refused"),
+    ("/moved", "failed", "redirects"),
+])  # fmt: skip
+def test_http_sources_progressive_mp4_read_hls_and_redirects_refused(tmp_path, http_cams, path, state, error):
+    cfg = config(tmp_path)
+
+    async def main():
+        reg = StreamRegistry(cfg, FakeModel(), StreamStore(cfg.streams.db_path))
+        st = reg.create(StreamCreate(url=http_cams + path, window_s=0.5, fps=2, questions=["q"]))
+        want = (lambda: reg.status(st.id).windows_answered >= 1) if state == "running" else (
+            lambda: reg.status(st.id).state == "failed")
+        ok = await wait_for(want, 20)
+        s = reg.status(st.id)
+        await reg.close()
+        return ok, s
+
+    ok, s = run(main())
+    assert ok, s
+    if error:
+        assert error in s.last_error
