@@ -22,8 +22,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 StreamState: TypeAlias = Literal["connecting", "running", "reconnecting", "failed"]
 
 #: Why a window was not answered: the model fell behind (newest wins), the model refused it
-#: (queue full / replica unavailable), the model answered with an error, or the window had no frame.
-DropReason: TypeAlias = Literal["model_behind", "model_busy", "model_error", "empty"]
+#: (queue full / replica unavailable), or the model answered with an error.
+DropReason: TypeAlias = Literal["model_behind", "model_busy", "model_error"]
 
 #: Longest alert keyword, characters; most keywords per rule.
 MAX_KEYWORD_CHARS = 64
