@@ -19,6 +19,7 @@ from serve_app.deployments.decoder import VideoDecoder
 from serve_app.deployments.ingress import Ingress
 from serve_app.deployments.model import VideoModel
 from serve_app.deployments.stream_worker import StreamWorker
+from serve_app.preflight import check_build
 
 logger = logging.getLogger(__name__)
 
@@ -52,8 +53,11 @@ def build_app(args: dict[str, Any] | None = None) -> Application:
 
     Raises:
         pydantic.ValidationError: ``args`` do not match :class:`AppConfig`.
+        serve_app.preflight.HardwareError: on a local one-node Ray, the model
+            replica needs vLLM or GPUs that are missing (see :mod:`serve_app.preflight`).
     """
     config = resolve_paths(AppConfig.model_validate(args or {}))
+    check_build(config)
     cfg = config.model_dump(mode="json")
     decoder = VideoDecoder.options(**config.decoder.ray_options()).bind(cfg)
     model = VideoModel.options(**config.model_replica.ray_options()).bind(cfg)

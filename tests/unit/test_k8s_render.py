@@ -1,11 +1,12 @@
-"""serveConfigV2 rendered from a Serve config: the render rules, the in-place write, the CLI."""
+"""serveConfigV2 rendered from a Serve config: the render rules, the round-trip write, the CLI."""
 
 from pathlib import Path
 
 import pytest
 import yaml
 
-from serve_app import k8s
+from cosmos_tools.k8s import render as k8s
+from cosmos_tools.k8s.__main__ import main
 
 pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,7 +29,7 @@ def test_render_keeps_the_application_and_translates_http_options():
 
 def test_render_starts_with_the_generated_header():
     text = k8s.render_serve_config(a100_doc(), source="configs/a100.yaml")
-    assert text.splitlines()[0].startswith("# Generated from configs/a100.yaml by `python -m serve_app.k8s render")
+    assert text.splitlines()[0].startswith("# Generated from configs/a100.yaml by `python -m cosmos_tools.k8s render")
     assert text.endswith("\n")
 
 
@@ -50,8 +51,20 @@ def test_render_refuses_local_only_or_invalid_args(path, value, message):
 
 
 def test_cpu_config_is_refused_with_its_local_checkpoint():
-    with pytest.raises(k8s.RenderError, match="checkpoint"):
+    with pytest.raises(k8s.RenderError, match=r"model_id='\./checkpoints/tiny-qwen2_5_vl' is relative"):
         k8s.render_file(ROOT / "configs" / "cpu.yaml")
+
+
+def test_a_checkpoint_built_in_the_pod_is_accepted_at_an_absolute_path():
+    rendered = yaml.safe_load(k8s.render_file(ROOT / "configs" / "k8s-cpu-smoke.yaml"))
+    model = rendered["applications"][0]["args"]["model"]
+    assert model["checkpoint"] == "tiny-random" and model["model_id"].startswith("/")
+
+
+def test_source_of_reads_the_header():
+    text = k8s.render_file(A100)
+    assert k8s.source_of(text) == "configs/a100.yaml"
+    assert k8s.source_of("proxy_location: EveryNode\n") is None
 
 
 def test_render_refuses_a_config_without_applications():
@@ -63,7 +76,8 @@ def test_replace_block_keeps_the_rest_of_the_manifest():
     text = "a: 1  # keep\nspec:\n  serveConfigV2: |\n    old: 1\n\n    older: 2\n  rayClusterConfig:\n    x: 1\n"
     out = k8s.replace_serve_config(text, "# head\nnew: 2\nlist:\n- 1\n")
     assert out == (
-        "a: 1  # keep\nspec:\n  serveConfigV2: |\n    # head\n    new: 2\n    list:\n    - 1\n  rayClusterConfig:\n    x: 1\n"
+        "a: 1  # keep\nspec:\n  serveConfigV2: |\n    # head\n    new: 2\n    list:\n    - 1\n"
+        "  rayClusterConfig:\n    x: 1\n"
     )
     assert yaml.safe_load(out)["spec"]["serveConfigV2"] == "# head\nnew: 2\nlist:\n- 1\n"
     assert k8s.replace_serve_config(out, "# head\nnew: 2\nlist:\n- 1\n") == out  # idempotent
@@ -72,11 +86,31 @@ def test_replace_block_keeps_the_rest_of_the_manifest():
 def test_replace_block_needs_a_block():
     with pytest.raises(ValueError, match="serveConfigV2"):
         k8s.replace_serve_config("spec: {}\n", "x: 1\n")
+    with pytest.raises(ValueError, match="serveConfigV2"):
+        k8s.replace_serve_config("- {op: replace, path: /spec/other, value: 1}\n", "x: 1\n")
+
+
+def test_replace_block_in_a_json_patch_keeps_comments_and_other_ops():
+    text = (
+        "# header comment\n"
+        "- op: test  # first\n  path: /spec/x\n  value: 1\n"
+        "- op: replace\n  path: /spec/serveConfigV2\n  value: |\n    old: 1\n"
+        "- op: add\n  path: /spec/y\n  value: {a: 1}\n"
+    )
+    out = k8s.replace_serve_config(text, "# head\nnew: 2\n")
+    assert out == text.replace("    old: 1\n", "    # head\n    new: 2\n")
+    assert yaml.safe_load(out)[1]["value"] == "# head\nnew: 2\n"
+
+
+def test_replace_block_keeps_quotes_flow_style_and_comments_of_the_real_manifest():
+    text = MANIFEST.read_text()
+    current = yaml.safe_load(text)["spec"]["serveConfigV2"]
+    assert k8s.replace_serve_config(text, current) == text
 
 
 def test_cli_render_prints_what_the_manifest_carries(capsys, monkeypatch):
     monkeypatch.chdir(ROOT)
-    assert k8s.main(["render", "configs/a100.yaml"]) == 0
+    assert main(["render", "configs/a100.yaml"]) == 0
     manifest = yaml.safe_load(MANIFEST.read_text())
     assert capsys.readouterr().out == manifest["spec"]["serveConfigV2"]
 
@@ -86,11 +120,11 @@ def test_cli_render_write_updates_a_stale_manifest(tmp_path, monkeypatch):
     stale = MANIFEST.read_text().replace("max_num_seqs: 64", "max_num_seqs: 32", 1)
     target = tmp_path / "rayservice.yaml"
     target.write_text(stale)
-    assert k8s.main(["render", "configs/a100.yaml", "--write", str(target)]) == 0
+    assert main(["render", "configs/a100.yaml", "--write", str(target)]) == 0
     assert target.read_text() == MANIFEST.read_text()
 
 
 def test_cli_render_reports_a_refused_config(capsys, monkeypatch):
     monkeypatch.chdir(ROOT)
-    assert k8s.main(["render", "configs/cpu.yaml"]) == 2
+    assert main(["render", "configs/cpu.yaml"]) == 2
     assert "checkpoint" in capsys.readouterr().err

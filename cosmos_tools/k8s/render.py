@@ -1,0 +1,162 @@
+"""``serveConfigV2`` rendered from a Serve config, and written into a manifest with a round-trip YAML library.
+
+One source of truth per RayService: a ``configs/*.yaml`` file. The manifest
+carries it as ``serveConfigV2`` (a YAML string) whose first line names the file
+(:data:`HEADER`), produced by :func:`render_serve_config` under these rules:
+
+1. ``http_options.host`` becomes ``0.0.0.0`` and ``http_options.port`` becomes
+   8000: on Kubernetes the proxy must listen on the pod IP, on the port that
+   KubeRay's Serve Service and its worker readiness probe use (the container
+   port named ``serve``). Other ``http_options`` keys pass through.
+2. Every application's ``args`` must load as :class:`serve_app.config.AppConfig`
+   and then pass through **unchanged**, so the cluster runs the same application.
+3. Settings that only make sense on the machine that holds the file are
+   refused: a relative local ``model.model_id`` and relative
+   ``sources.allowed_roots`` (relative to what, inside a pod?). A generated
+   checkpoint (``model.checkpoint``) is accepted only with an absolute
+   ``model_id``: the pod builds it there (the CPU smoke test's random weights).
+4. Everything else (``proxy_location``, ``logging_config``, …) passes through.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import re
+from collections.abc import Mapping, MutableMapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from serve_app.config import AppConfig
+
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_CONFIG = "configs/a100.yaml"
+#: Serve's HTTP port on KubeRay: the container port named ``serve`` (KubeRay's default).
+SERVE_PORT = 8000
+HEADER = "# Generated from {source} by `python -m cosmos_tools.k8s render {source}`: edit the config, not this block.\n"
+_HEADER_RE = re.compile(r"^# Generated from (?P<source>\S+) by ")
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class RenderError(ValueError):
+    """The Serve config cannot be carried to Kubernetes as it is (message says why and what to do)."""
+
+
+def render_serve_config(doc: Mapping[str, Any], source: str = DEFAULT_CONFIG) -> str:
+    """Renders a Serve config (a parsed ``configs/*.yaml``) as the RayService's ``serveConfigV2``.
+
+    Args:
+        doc: the Serve config file's content.
+        source: the file's path (relative to the project root) as written in the header comment.
+
+    Returns:
+        YAML text (ends with a newline) under the module's render rules.
+
+    Raises:
+        RenderError: no applications, args that do not load as AppConfig, or a
+            local-only setting (rule 3).
+    """
+    out = copy.deepcopy(dict(doc))
+    apps = out.get("applications")
+    if not apps:
+        raise RenderError(f"{source}: no `applications` to deploy")
+    http = dict(out.get("http_options") or {})
+    http.update(host="0.0.0.0", port=SERVE_PORT)
+    out["http_options"] = http
+    for i, app in enumerate(apps):
+        where = f"{source}: applications[{i}]"
+        try:
+            config = AppConfig.model_validate(app.get("args") or {})
+        except Exception as exc:  # pydantic.ValidationError: say which file and app
+            raise RenderError(f"{where}.args do not load as AppConfig: {exc}") from exc
+        model = config.model
+        if model.model_id.startswith((".", "~")):
+            raise RenderError(
+                f"{where}.args.model.model_id={model.model_id!r} is relative to the local directory; "
+                "use a hub id or an absolute path inside the pod"
+            )
+        if model.checkpoint is not None and not model.model_id.startswith("/"):
+            raise RenderError(
+                f"{where}.args.model.checkpoint={model.checkpoint!r} builds a test checkpoint at model_id; "
+                "on Kubernetes give it an absolute model_id inside the pod, or point model_id at a hub id "
+                "or an absolute path in the image or a volume"
+            )
+        relative = [r for r in config.sources.allowed_roots if not r.startswith("/")]
+        if relative:
+            raise RenderError(f"{where}.args.sources.allowed_roots {relative} must be absolute paths inside the pod")
+    return HEADER.format(source=source) + yaml.safe_dump(
+        out, sort_keys=False, default_flow_style=False, width=120, allow_unicode=True
+    )
+
+
+def display_path(path: str | Path) -> str:
+    """``path`` relative to the project root where it lies inside it, else as given."""
+    resolved = Path(path).resolve()
+    return str(resolved.relative_to(ROOT)) if resolved.is_relative_to(ROOT) else str(path)
+
+
+def render_file(path: str | Path) -> str:
+    """:func:`render_serve_config` of a config file (its path relative to the project root goes into the header).
+
+    Raises:
+        RenderError: as :func:`render_serve_config`.
+        OSError: the file cannot be read.
+    """
+    return render_serve_config(yaml.load(Path(path).read_text(), Loader=_Loader), source=display_path(path))
+
+
+def source_of(serve_config: str) -> str | None:
+    """The config file named by a rendered ``serveConfigV2``'s header line, or None when there is none."""
+    match = _HEADER_RE.match(serve_config)
+    return match["source"] if match else None
+
+
+def _yaml():
+    from ruamel.yaml import YAML
+
+    rt = YAML()  # round-trip: comments, key order, flow style and quotes survive
+    rt.preserve_quotes = True
+    rt.width = 4096
+    rt.indent(mapping=2, sequence=2, offset=0)
+    return rt
+
+
+def replace_serve_config(manifest_text: str, serve_config: str) -> str:
+    """Replaces the ``serveConfigV2`` of a manifest's text, keeping every other line and comment.
+
+    The manifest is either a RayService (the value of its ``spec.serveConfigV2``)
+    or an RFC 6902 patch file (the ``value`` of the operation whose ``path`` is
+    ``/spec/serveConfigV2``). The new value is written as a literal block (``|``).
+
+    Raises:
+        ValueError: the text has no ``serveConfigV2`` to replace.
+    """
+    from ruamel.yaml.scalarstring import LiteralScalarString
+
+    rt = _yaml()
+    docs = list(rt.load_all(manifest_text))
+    hits = 0
+    for doc in docs:
+        if (
+            isinstance(doc, MutableMapping)
+            and isinstance(doc.get("spec"), MutableMapping)
+            and "serveConfigV2" in doc["spec"]
+        ):
+            doc["spec"]["serveConfigV2"] = LiteralScalarString(serve_config)
+            hits += 1
+        elif isinstance(doc, list):
+            for op in doc:
+                if isinstance(op, MutableMapping) and op.get("path") == "/spec/serveConfigV2" and "value" in op:
+                    op["value"] = LiteralScalarString(serve_config)
+                    hits += 1
+    if not hits:
+        raise ValueError("no spec.serveConfigV2 (nor a patch of /spec/serveConfigV2) in the manifest")
+    out = io.StringIO()
+    if len(docs) == 1:
+        rt.dump(docs[0], out)
+    else:
+        rt.explicit_start = True
+        rt.dump_all(docs, out)
+    return out.getvalue()

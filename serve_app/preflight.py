@@ -1,0 +1,117 @@
+"""Preflight: the hardware and packages a config needs are there, or a message that says how to fix it.
+
+Two places check, because a cluster and a laptop differ:
+
+* :func:`check_build` runs in ``build_app``. On a local one-node Ray (``serve
+  run configs/a100.yaml`` on a workstation) it refuses at once a config whose
+  model replica needs vLLM or GPUs the node does not have, instead of Serve
+  waiting forever for a GPU that will never come. In a cluster it does nothing:
+  the head that builds the app has no GPU and GPU pods may scale up from zero.
+* :func:`check_replica` runs first thing in a model replica (the vLLM engine's
+  ``start``): a replica without vLLM or without a visible CUDA GPU fails at once
+  with the same kind of message, wherever it runs.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+from collections.abc import Mapping
+
+from serve_app.config import AppConfig
+
+logger = logging.getLogger(__name__)
+
+GPU_INSTALL = 'pip install ".[gpu]"'
+CPU_CONFIG = "configs/cpu.yaml"
+#: Set to 0 to skip :func:`check_build` (e.g. a VM cluster whose GPU nodes scale up from zero).
+SKIP_ENV = "COSMOS_SERVE_PREFLIGHT"
+
+
+class HardwareError(RuntimeError):
+    """The config needs a package or a device that is missing here (the message says what and how to fix it)."""
+
+
+def vllm_installed() -> bool:
+    """True when ``import vllm`` can find the package (nothing is imported)."""
+    return importlib.util.find_spec("vllm") is not None
+
+
+def problems(config: AppConfig, gpus: float, has_vllm: bool) -> list[str]:
+    """What the model replica of ``config`` lacks on a node with ``gpus`` GPUs (pure; empty: nothing).
+
+    Args:
+        config: the application's config.
+        gpus: GPUs Ray can give a replica there (count).
+        has_vllm: whether vLLM is importable there.
+    """
+    found = []
+    if config.model.backend == "vllm" and not has_vllm:
+        found.append(f"model.backend is vllm but vLLM is not installed: {GPU_INSTALL} (vLLM 0.24.0, CUDA 13)")
+    need = config.model_replica.num_gpus
+    if need > 0 and gpus < need:
+        found.append(
+            f"model_replica.num_gpus is {need:g} but {'no GPU is' if gpus == 0 else f'only {gpus:g} GPUs are'} "
+            "visible (an NVIDIA GPU with a CUDA 13 driver, R580+)"
+        )
+    return found
+
+
+def message(found: list[str], where: str) -> str:
+    """One error message: what is missing ``where``, how to install it, and the CPU alternative."""
+    lines = "; ".join(found)
+    return (
+        f"{where}: {lines}. On a GPU machine: {GPU_INSTALL}. Without a GPU: serve run {CPU_CONFIG} "
+        "(the same graph on CPU with a tiny random-weight model)."
+    )
+
+
+def _in_cluster(env: Mapping[str, str], alive_nodes: int) -> bool:
+    return "KUBERNETES_SERVICE_HOST" in env or alive_nodes > 1
+
+
+def check_build(config: AppConfig, env: Mapping[str, str] | None = None) -> None:
+    """Refuses, on a local one-node Ray, a config whose model replica cannot run there.
+
+    Skipped in a cluster (a Kubernetes pod, or more than one Ray node), when
+    ``COSMOS_SERVE_PREFLIGHT=0``, or when the config needs neither vLLM nor GPUs.
+
+    Raises:
+        HardwareError: vLLM or GPUs are missing on the local node.
+    """
+    env = os.environ if env is None else env
+    if env.get(SKIP_ENV) == "0":
+        return
+    if config.model.backend != "vllm" and config.model_replica.num_gpus == 0:
+        return
+    import ray
+
+    if not ray.is_initialized():
+        return  # built outside Ray (tests, tooling): nothing to ask
+    alive = [n for n in ray.nodes() if n.get("Alive")]
+    if _in_cluster(env, len(alive)):
+        return
+    found = problems(config, float(ray.cluster_resources().get("GPU", 0)), vllm_installed())
+    if found:
+        raise HardwareError(message(found, "this machine cannot run the config's model replica"))
+
+
+def check_replica() -> None:
+    """First thing in a vLLM model replica: vLLM importable and a CUDA GPU visible to this process.
+
+    Raises:
+        HardwareError: vLLM is not installed, or no CUDA GPU is visible.
+    """
+    found = []
+    if not vllm_installed():
+        found.append(f"vLLM is not installed in this replica's Python: {GPU_INSTALL} (or use the GPU image)")
+    import torch
+
+    # device_count() asks NVML, not the CUDA runtime: torch.cuda.is_available() would call cuInit here
+    # and "poison fork" for the engine-core process vLLM starts next (torch/cuda/__init__.py notes both).
+    if torch.cuda.device_count() == 0:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>")
+        found.append(f"no CUDA GPU is visible (CUDA_VISIBLE_DEVICES={visible}; an NVIDIA driver with CUDA 13, R580+)")
+    if found:
+        raise HardwareError(message(found, "the vLLM model replica cannot start"))

@@ -1,0 +1,76 @@
+"""The model replica's preflight on a real GPU: the right verdict, and CUDA left uninitialised for vLLM.
+
+Needs a CUDA GPU, not vLLM: on a machine without vLLM the check must name
+vLLM alone (the GPU is there). Run on the GPU machine:
+``python -m pytest tests/gpu/test_preflight_gpu.py``.
+"""
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _gpus() -> int:
+    try:
+        import torch
+
+        return torch.cuda.device_count()  # NVML: does not initialise CUDA here either
+    except Exception:  # noqa: BLE001
+        return 0
+
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_gpus() == 0, reason="GPU test: no CUDA GPU")]
+
+# In a fresh interpreter: the preflight, then a fork whose child uses the GPU, as
+# vLLM's AsyncLLM does when it starts its engine-core process.
+FORK_PROBE = """
+import os, sys, torch
+from serve_app import preflight
+try:
+    preflight.check_replica()
+except preflight.HardwareError as exc:
+    print("preflight:", exc)
+{before_fork}
+print("parent cuda initialised:", torch.cuda.is_initialized())
+pid = os.fork()
+if pid == 0:
+    try:
+        ok = torch.ones(4, device="cuda").sum().item() == 4
+    except Exception as exc:
+        print("child:", type(exc).__name__, exc)
+        ok = False
+    os._exit(0 if ok else 1)
+_, status = os.waitpid(pid, 0)
+print("child exit:", os.waitstatus_to_exitcode(status))
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+def test_replica_check_names_only_what_is_missing_here():
+    from serve_app import preflight
+
+    if importlib.util.find_spec("vllm") is not None:
+        preflight.check_replica()  # vLLM and a GPU: nothing to report
+        return
+    with pytest.raises(preflight.HardwareError) as info:
+        preflight.check_replica()
+    text = str(info.value)
+    assert "vLLM is not installed" in text and 'pip install ".[gpu]"' in text
+    assert "no CUDA GPU" not in text
+
+
+def test_preflight_leaves_cuda_to_the_forked_engine_core():
+    out = subprocess.run(
+        [sys.executable, "-c", FORK_PROBE.format(before_fork="")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert "parent cuda initialised: False" in out.stdout, out.stdout + out.stderr
+    assert out.returncode == 0, out.stdout + out.stderr
