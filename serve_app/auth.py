@@ -17,6 +17,7 @@ import logging
 import os
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 
+from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from serve_app.errors import AuthenticationError
@@ -46,7 +47,7 @@ class ApiKey:
         return self._key is not None
 
     def check(self, headers: Mapping[str, str]) -> None:
-        """Checks a request's headers (lower-case names, as Starlette gives them).
+        """Checks a request's headers (a Starlette ``Headers``, or any mapping with lower-case names).
 
         The comparison is ``hmac.compare_digest`` (constant time in the key's
         content), so response timing does not reveal how much of a guess matched.
@@ -102,9 +103,8 @@ class ApiKeyMiddleware:
         if scope["type"] != "http" or not self.api_key.enabled or _app_path(scope) in self.exempt:
             await self.app(scope, receive, send)
             return
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         try:
-            self.api_key.check(headers)
+            self.api_key.check(Headers(scope=scope))
         except AuthenticationError as e:
             await self.reject(scope, receive, send, e)
             return

@@ -1,8 +1,9 @@
 """Writes Cosmos-Reason1-7B checkpoint directories without the model hub.
 
 Two variants, both with the real Qwen2.5 tokenizer and processor config
-(facts from ``shared/model-facts.md``, which restates the hub's
-Qwen2.5-VL-7B-Instruct / Cosmos-Reason1-7B config files):
+(token ids, patch sizes, pixel bounds from :mod:`serve_app.model_facts`; the
+architecture sizes below from the hub's Qwen2.5-VL-7B-Instruct ``config.json``,
+restated in ``shared/model-facts.md``):
 
 * ``full-dummy``: the full 8.29 B-parameter architecture, config only (no
   weights); vLLM loads it with ``load_format="dummy"`` (random numbers, real
@@ -29,6 +30,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from serve_app import model_facts as facts
 from serve_app.qwen_tokenizer import write_tokenizer_files
 
 logger = logging.getLogger(__name__)
@@ -42,10 +44,10 @@ VISION_FULL = {
     "intermediate_size": 3420,
     "num_heads": 16,
     "out_hidden_size": 3584,
-    "patch_size": 14,
-    "spatial_patch_size": 14,
-    "spatial_merge_size": 2,
-    "temporal_patch_size": 2,
+    "patch_size": facts.PATCH_SIZE,
+    "spatial_patch_size": facts.PATCH_SIZE,
+    "spatial_merge_size": facts.SPATIAL_MERGE_SIZE,
+    "temporal_patch_size": facts.TEMPORAL_PATCH_SIZE,
     "window_size": 112,
     "fullatt_block_indexes": [7, 15, 23, 31],
     "tokens_per_second": 2,
@@ -64,7 +66,7 @@ CONFIG_FULL = {
     "num_hidden_layers": 28,
     "num_attention_heads": 28,
     "num_key_value_heads": 4,
-    "vocab_size": 152064,
+    "vocab_size": facts.VOCAB_SIZE,
     "max_position_embeddings": 128000,
     "rope_theta": 1000000.0,
     "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]},
@@ -78,13 +80,13 @@ CONFIG_FULL = {
     "attention_dropout": 0.0,
     "initializer_range": 0.02,
     "use_cache": True,
-    "bos_token_id": 151643,
-    "eos_token_id": 151645,
-    "vision_start_token_id": 151652,
-    "vision_end_token_id": 151653,
-    "vision_token_id": 151654,
-    "image_token_id": 151655,
-    "video_token_id": 151656,
+    "bos_token_id": facts.ENDOFTEXT_TOKEN_ID,
+    "eos_token_id": facts.IM_END_TOKEN_ID,
+    "vision_start_token_id": facts.VISION_START_TOKEN_ID,
+    "vision_end_token_id": facts.VISION_END_TOKEN_ID,
+    "vision_token_id": facts.VISION_TOKEN_ID,
+    "image_token_id": facts.IMAGE_TOKEN_ID,
+    "video_token_id": facts.VIDEO_TOKEN_ID,
     # Newer values trigger a false tokenizer-regex warning (model-facts.md).
     "transformers_version": "4.41.2",
     "vision_config": VISION_FULL,
@@ -110,14 +112,15 @@ TINY_VISION = {
     "fullatt_block_indexes": [1],
 }
 
+#: ``preprocessor_config.json`` of Qwen2.5-VL-7B-Instruct (values in :mod:`serve_app.model_facts`).
 PREPROCESSOR = {
-    "min_pixels": 3136,
-    "max_pixels": 12845056,
-    "patch_size": 14,
-    "temporal_patch_size": 2,
-    "merge_size": 2,
-    "image_mean": [0.48145466, 0.4578275, 0.40821073],
-    "image_std": [0.26862954, 0.26130258, 0.27577711],
+    "min_pixels": facts.MIN_PIXELS,
+    "max_pixels": facts.MAX_PIXELS,
+    "patch_size": facts.PATCH_SIZE,
+    "temporal_patch_size": facts.TEMPORAL_PATCH_SIZE,
+    "merge_size": facts.SPATIAL_MERGE_SIZE,
+    "image_mean": list(facts.IMAGE_MEAN),
+    "image_std": list(facts.IMAGE_STD),
     "image_processor_type": "Qwen2VLImageProcessor",
     "processor_class": "Qwen2_5_VLProcessor",
 }
@@ -141,7 +144,14 @@ def _write_common(out: Path, variant: str) -> None:
     (out / "config.json").write_text(json.dumps(model_config(variant), indent=2))
     (out / "preprocessor_config.json").write_text(json.dumps(PREPROCESSOR, indent=2))
     (out / "generation_config.json").write_text(
-        json.dumps({"bos_token_id": 151643, "eos_token_id": [151645, 151643], "pad_token_id": 151643}, indent=2)
+        json.dumps(
+            {
+                "bos_token_id": facts.ENDOFTEXT_TOKEN_ID,
+                "eos_token_id": [facts.IM_END_TOKEN_ID, facts.ENDOFTEXT_TOKEN_ID],
+                "pad_token_id": facts.ENDOFTEXT_TOKEN_ID,
+            },
+            indent=2,
+        )
     )
     (out / RANDOM_MARKER).write_text(
         json.dumps(

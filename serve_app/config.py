@@ -14,17 +14,18 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, IPvAnyNetwork, model_validator
 
-#: Qwen2.5-VL patch (14 px) × spatial merge (2): frame sides are multiples of
-#: this many pixels (model-facts.md, preprocessor_config.json).
-PIXEL_FACTOR = 28
-
-#: Cosmos-Reason1's system prompt, verbatim from NVIDIA's published recipe.
-COSMOS_SYSTEM_PROMPT = (
-    "You are a helpful assistant. Answer the question in the following format: "
-    "<think>\nyour reasoning\n</think>\n\n<answer>\nyour answer\n</answer>."
+from serve_app.model_facts import (
+    COSMOS_FPS,
+    COSMOS_MAX_FRAME_PIXELS,
+    COSMOS_MAX_TOKENS,
+    COSMOS_REPETITION_PENALTY,
+    COSMOS_SYSTEM_PROMPT,
+    COSMOS_TEMPERATURE,
+    COSMOS_TOP_P,
+    COSMOS_TOTAL_PIXELS,
+    VIDEO_MIN_PIXELS,
 )
-#: The plain Qwen default system prompt (used by the benchmarks).
-DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant."
+from serve_app.model_facts import PIXEL_FACTOR as PIXEL_FACTOR  # re-exported: serve_app.sampling imports it here
 
 
 class _Model(BaseModel):
@@ -35,17 +36,17 @@ class PixelBudget(_Model):
     """How big sampled frames may be (pixels), per the Cosmos-Reason1 recipe."""
 
     total_pixels: int = Field(
-        6_422_528,
+        COSMOS_TOTAL_PIXELS,
         gt=0,
         description="Pixel budget of a whole clip (= 8192·28², i.e. 8192 vision tokens; Cosmos-Reason1 recipe).",
     )
     max_frame_pixels: int = Field(
-        768 * PIXEL_FACTOR**2,
+        COSMOS_MAX_FRAME_PIXELS,
         gt=0,
         description="Per-frame cap before the clip share is applied (768·28² = 602,112; Cosmos-Reason1 recipe).",
     )
     min_frame_pixels: int = Field(
-        128 * PIXEL_FACTOR**2,
+        VIDEO_MIN_PIXELS,
         gt=0,
         description="Smallest frame area (128·28² = 100,352; qwen-vl-utils VIDEO_MIN_PIXELS, also the "
         "transformers Qwen2-VL video processor default).",
@@ -56,7 +57,9 @@ class PixelBudget(_Model):
 class DecodeConfig(_Model):
     """Clip decoding and frame sampling."""
 
-    fps: float = Field(4.0, gt=0, le=30, description="Default sampling rate in frames per second (Cosmos recipe: 4).")
+    fps: float = Field(
+        COSMOS_FPS, gt=0, le=30, description="Default sampling rate in frames per second (Cosmos recipe: 4)."
+    )
     max_frames: int = Field(128, ge=2, description="Default cap on sampled frames per clip.")
     budget: PixelBudget = Field(default_factory=PixelBudget, description="Frame size limits.")
     threads: int = Field(1, ge=0, description="FFmpeg decoder threads per clip (0 = FFmpeg's automatic choice).")
@@ -125,10 +128,12 @@ class SourcesConfig(_Model):
 class SamplingDefaults(_Model):
     """Generation defaults: NVIDIA's Cosmos-Reason1 inference recipe."""
 
-    temperature: float = Field(0.6, ge=0, le=2, description="Sampling temperature (recipe: 0.6).")
-    top_p: float = Field(0.95, gt=0, le=1, description="Nucleus sampling mass (recipe: 0.95).")
-    repetition_penalty: float = Field(1.05, gt=0, le=2, description="Repetition penalty (recipe: 1.05).")
-    max_tokens: int = Field(4096, gt=0, description="Default output budget in tokens (recipe: 4096).")
+    temperature: float = Field(COSMOS_TEMPERATURE, ge=0, le=2, description="Sampling temperature (recipe: 0.6).")
+    top_p: float = Field(COSMOS_TOP_P, gt=0, le=1, description="Nucleus sampling mass (recipe: 0.95).")
+    repetition_penalty: float = Field(
+        COSMOS_REPETITION_PENALTY, gt=0, le=2, description="Repetition penalty (recipe: 1.05)."
+    )
+    max_tokens: int = Field(COSMOS_MAX_TOKENS, gt=0, description="Default output budget in tokens (recipe: 4096).")
 
 
 class ModelConfig(_Model):

@@ -10,11 +10,14 @@ Each deployment creates its own group once, in its constructor
 (:class:`IngressMetrics`, :class:`DecoderMetrics`, :class:`ModelMetrics`).
 Camera ids are deliberately not tags (unbounded cardinality); they are in the logs.
 
+HTTP request counts by route and status code, end-to-end latency and requests in flight are
+Ray Serve's own metrics (``serve_num_http_requests``, ``serve_http_request_latency_ms``,
+``serve_num_ongoing_http_requests``, ``serve_replica_processing_queries``); they are not repeated here.
+
 Metric names (before the ``ray_`` prefix):
 
-* ``cosmos_requests`` (counter; route, status) and ``cosmos_request_ms`` (histogram; route)
+* ``cosmos_request_ms`` (histogram; route, status): time to the response head (streams: first byte)
 * ``cosmos_errors`` (counter; route, type): every client-visible error by kind
-* ``cosmos_ingress_in_flight`` (gauge): requests the ingress replica holds
 * ``cosmos_decode_ms``, ``cosmos_decode_frames`` (histograms) and ``cosmos_decode_errors`` (counter; type)
 * ``cosmos_model_queue_depth`` (gauge): requests waiting for the engine
 * ``cosmos_model_queue_ms``, ``cosmos_model_ms``, ``cosmos_ttft_ms`` (histograms)
@@ -34,36 +37,28 @@ FRAME_BUCKETS = [2, 4, 8, 16, 32, 64, 128, 256, 512]
 
 
 class IngressMetrics:
-    """Request counts, latencies, errors and in-flight requests of the HTTP ingress."""
+    """Time to the response head and client-visible errors of the HTTP ingress.
+
+    Request counts by route and status, end-to-end latency and in-flight requests are Ray Serve's
+    own (``serve_num_http_requests``, ``serve_http_request_latency_ms``,
+    ``serve_replica_processing_queries``); this class adds only what Serve cannot know.
+    """
 
     def __init__(self) -> None:
-        self.requests = Counter(
-            "cosmos_requests", description="HTTP requests by route and status code.", tag_keys=("route", "status")
-        )
         self.request_ms = Histogram(
             "cosmos_request_ms",
             description="Time to the response head (streams: to the first byte), ms.",
             boundaries=LATENCY_MS_BUCKETS,
-            tag_keys=("route",),
+            tag_keys=("route", "status"),
         )
         self.errors = Counter(
             "cosmos_errors", description="Client-visible errors by route and error type.", tag_keys=("route", "type")
         )
-        self.in_flight = Gauge("cosmos_ingress_in_flight", description="Requests the ingress replica is handling.")
-        self._in_flight = 0
-        self.in_flight.set(0)
-
-    def started(self) -> None:
-        """A request entered the ingress."""
-        self._in_flight += 1
-        self.in_flight.set(self._in_flight)
 
     def finished(self, route: str, status: int, latency_ms: float, error_type: str | None = None) -> None:
-        """A request left: its route, HTTP status, latency (ms) and error type if it failed."""
-        self._in_flight = max(0, self._in_flight - 1)
-        self.in_flight.set(self._in_flight)
-        self.requests.inc(tags={"route": route, "status": str(status)})
-        self.request_ms.observe(latency_ms, tags={"route": route})
+        """A route answered: its HTTP status (499: the client went away first), the time to the
+        response head (ms) and the error type if it failed."""
+        self.request_ms.observe(latency_ms, tags={"route": route, "status": str(status)})
         if error_type:
             self.error(route, error_type)
 

@@ -1,15 +1,16 @@
 """Prompt building for Qwen2.5-VL / Cosmos-Reason1 video questions.
 
-The rendered text follows the standard Qwen2-VL chat template
-(``<|im_start|>role\\n…<|im_end|>\\n``, one video placeholder
-``<|vision_start|><|video_pad|><|vision_end|>`` before the question, as in
-NVIDIA's Cosmos-Reason1 inference example). The processor (HF or vLLM)
-expands the single ``<|video_pad|>`` into one token per merged patch.
+The rendered text is the model's own chat template
+(:data:`serve_app.model_facts.CHAT_TEMPLATE`, ``<|im_start|>role\\n…<|im_end|>\\n``) over one
+system turn and one user turn holding the video placeholder
+``<|vision_start|><|video_pad|><|vision_end|>`` before the question, as in NVIDIA's
+Cosmos-Reason1 inference example. The processor (HF or vLLM) expands the single
+``<|video_pad|>`` into one token per merged patch.
 """
 
 from __future__ import annotations
 
-VIDEO_PLACEHOLDER = "<|vision_start|><|video_pad|><|vision_end|>"
+from serve_app.model_facts import render_chat_template
 
 
 def build_messages(question: str, system_prompt: str) -> list[dict]:
@@ -31,8 +32,4 @@ def render_prompt(question: str, system_prompt: str) -> str:
         <|vision_start|><|video_pad|><|vision_end|>Is anyone in danger?<|im_end|>
         <|im_start|>assistant
     """
-    return (
-        f"<|im_start|>system\n{system_prompt}<|im_end|>\n"
-        f"<|im_start|>user\n{VIDEO_PLACEHOLDER}{question}<|im_end|>\n"
-        "<|im_start|>assistant\n"
-    )
+    return render_chat_template(build_messages(question, system_prompt), add_generation_prompt=True)

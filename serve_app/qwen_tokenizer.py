@@ -1,76 +1,31 @@
-"""The real Qwen2/Qwen2.5 tokenizer, rebuilt offline from ``qwen.tiktoken``.
+"""The real Qwen2/Qwen2.5 tokenizer, rebuilt offline from ``qwen.tiktoken`` with transformers' converter.
 
-No machine of this project reaches the model hub, so the checkpoint command
-builds ``tokenizer.json`` itself. The BPE ranks come from the PyPI package
-``dashscope==2.0.2`` (``dashscope/resources/qwen.tiktoken``: 151,643 ranks,
-the same vocabulary as Qwen2.5's ``vocab.json``/``merges.txt``). Facts used
-here (regex, special tokens, ids) are from ``shared/model-facts.md``, which
-restates the Qwen2.5-VL tokenizer files on the hub.
+No machine of this project reaches the model hub, so the checkpoint command builds
+``tokenizer.json`` itself. The BPE ranks come from the PyPI package ``dashscope==2.0.2``
+(``dashscope/resources/qwen.tiktoken``: 151,643 ranks, the same vocabulary as Qwen2.5's
+``vocab.json``/``merges.txt``). The conversion is transformers'
+:class:`~transformers.convert_slow_tokenizer.TikTokenConverter` (tiktoken's reader, GPT-2's
+byte-to-unicode map, the split + byte-level pre-tokenizer, decoder and post-processor), with the
+three things Qwen's published ``tokenizer.json`` does differently (see :class:`QwenTikTokenConverter`).
+The regex, the added tokens and the chat template are in :mod:`serve_app.model_facts`.
 """
 
 from __future__ import annotations
 
-import base64
 import importlib.util
 import json
 import logging
 from pathlib import Path
 
+from tokenizers import AddedToken, Tokenizer, normalizers
+from transformers.convert_slow_tokenizer import TikTokenConverter, bytes_to_unicode
+
+from serve_app.model_facts import ADDED_TOKENS, CHAT_TEMPLATE, MODEL_MAX_LENGTH, PRETOKENIZE_REGEX
+
 logger = logging.getLogger(__name__)
 
-#: Qwen1/Qwen2 pre-tokenizer regex (model-facts.md).
-PRETOKENIZE_REGEX = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
-    r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
-
-#: (id, content, special) for every added token of Qwen2.5 (model-facts.md).
-ADDED_TOKENS: tuple[tuple[int, str, bool], ...] = (
-    (151643, "<|endoftext|>", True),
-    (151644, "<|im_start|>", True),
-    (151645, "<|im_end|>", True),
-    (151646, "<|object_ref_start|>", True),
-    (151647, "<|object_ref_end|>", True),
-    (151648, "<|box_start|>", True),
-    (151649, "<|box_end|>", True),
-    (151650, "<|quad_start|>", True),
-    (151651, "<|quad_end|>", True),
-    (151652, "<|vision_start|>", True),
-    (151653, "<|vision_end|>", True),
-    (151654, "<|vision_pad|>", True),
-    (151655, "<|image_pad|>", True),
-    (151656, "<|video_pad|>", True),
-    (151657, "<tool_call>", False),
-    (151658, "</tool_call>", False),
-    (151659, "<|fim_prefix|>", False),
-    (151660, "<|fim_middle|>", False),
-    (151661, "<|fim_suffix|>", False),
-    (151662, "<|fim_pad|>", False),
-    (151663, "<|repo_name|>", False),
-    (151664, "<|file_sep|>", False),
-)
-
-#: The standard Qwen2-VL chat template (as in Qwen2.5-VL-7B-Instruct's
-#: ``chat_template.json``): ``<|im_start|>role\n...<|im_end|>\n``, video as
-#: ``<|vision_start|><|video_pad|><|vision_end|>``, default system prompt
-#: "You are a helpful assistant.".
-CHAT_TEMPLATE = (
-    "{% set image_count = namespace(value=0) %}{% set video_count = namespace(value=0) %}"
-    "{% for message in messages %}{% if loop.first and message['role'] != 'system' %}"
-    "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n{% endif %}"
-    "<|im_start|>{{ message['role'] }}\n{% if message['content'] is string %}"
-    "{{ message['content'] }}<|im_end|>\n{% else %}{% for content in message['content'] %}"
-    "{% if content['type'] == 'image' or 'image' in content or 'image_url' in content %}"
-    "{% set image_count.value = image_count.value + 1 %}"
-    "{% if add_vision_id %}Picture {{ image_count.value }}: {% endif %}"
-    "<|vision_start|><|image_pad|><|vision_end|>"
-    "{% elif content['type'] == 'video' or 'video' in content %}"
-    "{% set video_count.value = video_count.value + 1 %}"
-    "{% if add_vision_id %}Video {{ video_count.value }}: {% endif %}"
-    "<|vision_start|><|video_pad|><|vision_end|>"
-    "{% elif 'text' in content %}{{ content['text'] }}{% endif %}{% endfor %}<|im_end|>\n"
-    "{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
+#: SHA-256 of ``qwen.tiktoken`` in ``dashscope==2.0.2`` (checked when read).
+QWEN_TIKTOKEN_SHA256 = "b2b1b8dfb5cc5f024bafc373121c6aba3f66f9a5a0269e243470a1de16a33186"
 
 
 def tiktoken_file() -> Path:
@@ -92,34 +47,27 @@ def tiktoken_file() -> Path:
 
 
 def load_ranks(path: Path) -> dict[bytes, int]:
-    """Reads a tiktoken rank file: one ``base64(token_bytes) rank`` per line."""
-    ranks: dict[bytes, int] = {}
-    for line in path.read_text().splitlines():
-        if line:
-            token, rank = line.split()
-            ranks[base64.b64decode(token)] = int(rank)
-    return ranks
+    """Reads a tiktoken rank file (``base64(token_bytes) rank`` per line) with tiktoken's reader.
 
+    Returns:
+        token bytes → rank (151,643 entries for ``qwen.tiktoken``).
 
-def _bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's reversible byte → printable-character map used by byte-level BPE."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
-    bs += list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {b: chr(c) for b, c in zip(bs, cs)}
+    Raises:
+        ValueError: the file is not ``dashscope==2.0.2``'s ``qwen.tiktoken`` (hash mismatch) or is malformed.
+    """
+    from tiktoken.load import load_tiktoken_bpe
+
+    return load_tiktoken_bpe(str(path), expected_hash=QWEN_TIKTOKEN_SHA256)
 
 
 def _split_once(token: bytes, rank: int, ranks: dict[bytes, int]) -> tuple[bytes, bytes]:
-    """Runs tiktoken's BPE on ``token`` using only ranks below ``rank``.
+    """The merge rule of ``token``: tiktoken's BPE run on its bytes with only ranks below ``rank``.
 
     The merge loop ends with exactly two parts for every multi-byte token of a
     consistent BPE vocabulary; those two parts are the token's merge rule.
+
+    Raises:
+        ValueError: the token does not reduce to two parts (not a consistent BPE vocabulary).
     """
     parts = [token[i : i + 1] for i in range(len(token))]
     while len(parts) > 2:
@@ -136,86 +84,67 @@ def _split_once(token: bytes, rank: int, ranks: dict[bytes, int]) -> tuple[bytes
     return parts[0], parts[1]
 
 
-def build_tokenizer_json(ranks: dict[bytes, int]) -> dict:
-    """Builds the HF ``tokenizers`` JSON (byte-level BPE) for the Qwen2 vocabulary.
+class QwenTikTokenConverter(TikTokenConverter):
+    """transformers' tiktoken converter, set up the way Qwen2.5's published ``tokenizer.json`` is.
+
+    Differences from the generic converter, each needed for identical token ids:
+
+    * **One merge per token** (:func:`_split_once`), as in Qwen's ``merges.txt`` (151,387 merges).
+      The generic converter emits every split of a token whose halves are in the vocabulary.
+    * **Merges not skipped** (``ignore_merges=False``, as Qwen's file): the generic converter
+      looks a whole pre-token up in the vocabulary first.
+    * **NFC normalisation** and the added tokens of :data:`~serve_app.model_facts.ADDED_TOKENS`
+      with their ids and ``special`` flags (the generic converter marks every extra token special).
+
+    The result was checked against the former hand-written ``tokenizer.json``: the same vocabulary,
+    merges, ids, offsets and decoded text; only ByteLevel flags that ``tokenizers`` ignores in the
+    decoder (and ``trim_offsets`` of the pre-tokenizer) are written differently.
 
     Args:
-        ranks: token bytes → rank, 151,643 entries for Qwen2.
+        vocab_file: path of ``qwen.tiktoken`` (default: :func:`tiktoken_file`).
 
-    Returns:
-        The ``tokenizer.json`` document as a dict.
+    Raises:
+        FileNotFoundError: no ``vocab_file`` given and ``dashscope`` is not installed.
     """
-    b2u = _bytes_to_unicode()
 
-    def enc(b: bytes) -> str:
-        return "".join(b2u[x] for x in b)
+    def __init__(self, vocab_file: str | Path | None = None):
+        super().__init__(vocab_file=str(vocab_file or tiktoken_file()), pattern=PRETOKENIZE_REGEX)
 
-    vocab = {enc(tok): r for tok, r in ranks.items()}
-    merges = []
-    for tok, r in sorted(ranks.items(), key=lambda kv: kv[1]):
-        if len(tok) > 1:
-            left, right = _split_once(tok, r, ranks)
-            merges.append([enc(left), enc(right)])
-    added = [
-        {
-            "id": i,
-            "content": c,
-            "single_word": False,
-            "lstrip": False,
-            "rstrip": False,
-            "normalized": not special,
-            "special": special,
-        }
-        for i, c, special in ADDED_TOKENS
-    ]
-    return {
-        "version": "1.0",
-        "truncation": None,
-        "padding": None,
-        "added_tokens": added,
-        "normalizer": {"type": "NFC"},
-        "pre_tokenizer": {
-            "type": "Sequence",
-            "pretokenizers": [
-                {
-                    "type": "Split",
-                    "pattern": {"Regex": PRETOKENIZE_REGEX},
-                    "behavior": "Isolated",
-                    "invert": False,
-                },
-                {
-                    "type": "ByteLevel",
-                    "add_prefix_space": False,
-                    "trim_offsets": False,
-                    "use_regex": False,
-                },
-            ],
-        },
-        "post_processor": {
-            "type": "ByteLevel",
-            "add_prefix_space": False,
-            "trim_offsets": False,
-            "use_regex": False,
-        },
-        "decoder": {
-            "type": "ByteLevel",
-            "add_prefix_space": False,
-            "trim_offsets": False,
-            "use_regex": False,
-        },
-        "model": {
-            "type": "BPE",
-            "dropout": None,
-            "unk_token": None,
-            "continuing_subword_prefix": "",
-            "end_of_word_suffix": "",
-            "fuse_unk": False,
-            "byte_fallback": False,
-            "ignore_merges": False,
-            "vocab": vocab,
-            "merges": merges,
-        },
-    }
+    @staticmethod
+    def load_tiktoken_bpe(tiktoken_url: str) -> dict[bytes, int]:
+        """tiktoken's reader, with the file's hash checked (see :func:`load_ranks`)."""
+        return load_ranks(Path(tiktoken_url))
+
+    def extract_vocab_merges_from_model(self, tiktoken_url: str) -> tuple[dict[str, int], list[tuple[str, str]]]:
+        """Vocabulary (byte-level strings → ids) and one merge per multi-byte token, in rank order."""
+        ranks = self.load_tiktoken_bpe(tiktoken_url)
+        byte_encoder = bytes_to_unicode()
+
+        def to_str(b: bytes) -> str:
+            return "".join(byte_encoder[x] for x in b)
+
+        vocab = {to_str(tok): rank for tok, rank in ranks.items()}
+        merges = []
+        for tok, rank in sorted(ranks.items(), key=lambda kv: kv[1]):
+            if len(tok) > 1:
+                left, right = _split_once(tok, rank, ranks)
+                merges.append((to_str(left), to_str(right)))
+        return vocab, merges
+
+    def converted(self) -> Tokenizer:
+        """The Qwen2.5 tokenizer: the generic one plus NFC, ``ignore_merges=False`` and the added tokens."""
+        tokenizer = super().converted()
+        tokenizer.model.ignore_merges = False
+        tokenizer.normalizer = normalizers.NFC()
+        added = [
+            AddedToken(content, special=special, normalized=not special, single_word=False, lstrip=False, rstrip=False)
+            for _, content, special in ADDED_TOKENS
+        ]
+        tokenizer.add_tokens(added)
+        for token_id, content, _ in ADDED_TOKENS:
+            if tokenizer.token_to_id(content) != token_id:
+                raise ValueError(f"{content} got id {tokenizer.token_to_id(content)}, expected {token_id}")
+        return tokenizer
 
 
 def tokenizer_config() -> dict:
@@ -243,7 +172,7 @@ def tokenizer_config() -> dict:
         "clean_up_tokenization_spaces": False,
         "eos_token": "<|im_end|>",
         "errors": "replace",
-        "model_max_length": 131072,
+        "model_max_length": MODEL_MAX_LENGTH,
         "pad_token": "<|endoftext|>",
         "split_special_tokens": False,
         "tokenizer_class": "Qwen2Tokenizer",
@@ -252,14 +181,13 @@ def tokenizer_config() -> dict:
 
 
 def write_tokenizer_files(out_dir: Path) -> None:
-    """Writes ``tokenizer.json``, ``tokenizer_config.json`` and ``chat_template.json``.
+    """Writes ``tokenizer.json``, ``tokenizer_config.json`` and ``chat_template.json`` into ``out_dir``.
 
     Raises:
         FileNotFoundError: ``qwen.tiktoken`` is not available (see :func:`tiktoken_file`).
     """
     out_dir.mkdir(parents=True, exist_ok=True)
-    ranks = load_ranks(tiktoken_file())
-    logger.info("deriving %d BPE merges from qwen.tiktoken", len(ranks) - 256)
-    (out_dir / "tokenizer.json").write_text(json.dumps(build_tokenizer_json(ranks), ensure_ascii=False))
+    logger.info("converting qwen.tiktoken (one merge per token)")
+    QwenTikTokenConverter().converted().save(str(out_dir / "tokenizer.json"))
     (out_dir / "tokenizer_config.json").write_text(json.dumps(tokenizer_config(), indent=2))
     (out_dir / "chat_template.json").write_text(json.dumps({"chat_template": CHAT_TEMPLATE}, indent=2))

@@ -1,6 +1,7 @@
 """Splitting Cosmos-Reason1 output into reasoning and final answer.
 
-The recipe's system prompt asks for ``<think>\\n…\\n</think>\\n\\n<answer>\\n…\\n</answer>``.
+The recipe's system prompt (:data:`serve_app.model_facts.COSMOS_SYSTEM_PROMPT`) asks for
+``<think>\\n…\\n</think>\\n\\n<answer>\\n…\\n</answer>`` (tags in :mod:`serve_app.model_facts`).
 :func:`split_reasoning` never guesses: when the text does not follow that
 format it says so (``format_followed=False``) and returns the whole text as
 ``raw`` only.
@@ -11,8 +12,10 @@ from __future__ import annotations
 import dataclasses
 import re
 
-_THINK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
-_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+from serve_app.model_facts import ANSWER_CLOSE, ANSWER_OPEN, THINK_CLOSE, THINK_OPEN
+
+_THINK = re.compile(f"{re.escape(THINK_OPEN)}(.*?){re.escape(THINK_CLOSE)}", re.DOTALL)
+_ANSWER = re.compile(f"{re.escape(ANSWER_OPEN)}(.*?){re.escape(ANSWER_CLOSE)}", re.DOTALL)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,7 +38,7 @@ class ReasonedAnswer:
         """A sentence explaining a format violation, or None when the format was followed."""
         if self.format_followed:
             return None
-        missing = [tag for tag, v in (("<think>", self.reasoning), ("<answer>", self.answer)) if v is None]
+        missing = [tag for tag, v in ((THINK_OPEN, self.reasoning), (ANSWER_OPEN, self.answer)) if v is None]
         if missing:
             return (
                 f"the model did not follow the <think>/<answer> format (missing {', '.join(missing)}); "

@@ -25,7 +25,11 @@ For each clip, in one run, interleaved ``--repeats`` times:
   ``refs_only_no_loop_filter`` adds ``skip_loop_filter=all`` (no deblocking, FFmpeg's
   fastest H.264 decode, *not* exact) with its luma PSNR against the exact pictures.
 
-Throughput is ``clip duration / CPU seconds`` (medians over the repeats). Goals (issue 3):
+Throughput is ``clip duration / CPU seconds`` (medians over the repeats). With ``--baseline REV``
+the decoder of git revision ``REV`` (its ``serve_app/`` extracted to a temporary folder and
+imported as ``serve_app_baseline``) and the working tree's decoder are called alternately in
+this process on the same clips (``baseline`` section: ``current / baseline`` clip-seconds per
+CPU-second), so that a change is judged under the same machine load even when it is shared. Goals (issue 3):
 ≥ 2× ffmpeg on clips with B-frames, ≥ 1× on clips without, sampled timestamps within
 0.125 s of the 4-FPS grid.
 """
@@ -331,6 +335,58 @@ def bad_input_reject_ms(data_dir: Path, repeats: int) -> dict:
     return out
 
 
+def _load_baseline(rev: str, tmp: str):
+    """The ``serve_app.decoder`` module of git revision ``rev``, imported as ``serve_app_baseline.decoder``."""
+    import importlib
+    import re
+
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "serve_app"], check=True,
+                             capture_output=True).stdout  # fmt: skip
+    subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+    pkg = Path(tmp) / "serve_app_baseline"
+    (Path(tmp) / "serve_app").rename(pkg)
+    for f in pkg.rglob("*.py"):
+        f.write_text(re.sub(r"\bserve_app\b", "serve_app_baseline", f.read_text()))
+    sys.path.insert(0, tmp)
+    return importlib.import_module("serve_app_baseline.decoder")
+
+
+def baseline_comparison(rev: str, clips: list[Path], repeats: int) -> dict:
+    """The decoder of git revision ``rev`` against the working tree's, call by call in this process.
+
+    Each clip is decoded by both (one warm-up each), then ``repeats`` times alternately
+    (baseline, current, baseline, …), so both see the same machine load even on a shared
+    machine. Returns per clip the medians and ``current / baseline`` in clip-seconds per CPU-second.
+    """
+    import tempfile
+
+    out = {"revision": rev, "repeats": repeats, "clips": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        base = _load_baseline(rev, tmp)
+        for path in clips:
+            data = path.read_bytes()
+            lim = LimitsConfig()
+            runs = {
+                "baseline": lambda: base.decode_clip(data, base.SampleRequest(4.0, lim.max_frames), DecodeConfig(), lim),
+                "current": lambda: decode_clip(data, SampleRequest(4.0, lim.max_frames), DecodeConfig(), lim),
+            }  # fmt: skip
+            samples: dict[str, list[float]] = {"baseline": [], "current": []}
+            duration = runs["current"]().duration_s
+            runs["baseline"]()
+            for _ in range(repeats):
+                for label, fn in runs.items():
+                    samples[label].append(own_cpu_s(fn)[0])
+            b, cur = (statistics.median(samples[k]) for k in ("baseline", "current"))
+            out["clips"].append({
+                "clip": path.name,
+                "baseline_cpu_s": _summary(samples["baseline"]),
+                "current_cpu_s": _summary(samples["current"]),
+                "clip_s_per_cpu_s": {"baseline": round(duration / b, 1), "current": round(duration / cur, 1)},
+                "current_over_baseline": round(b / cur, 3),
+            })  # fmt: skip
+    return out
+
+
 def machine() -> dict:
     """The measuring machine."""
     model = ""
@@ -357,8 +413,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="results/decode_bench.json", help="result file (JSON)")
     p.add_argument("--repeats", type=int, default=7, help="measurements per clip (medians are reported)")
     p.add_argument("--clip-dir", action="append", type=Path, help="extra directories to look for clips in")
+    p.add_argument("--baseline", help="git revision whose decoder is measured against the working tree's")
+    p.add_argument("--baseline-repeats", type=int, default=15, help="alternating calls per clip and decoder")
+    p.add_argument("--only-baseline", action="store_true", help="run only the baseline comparison (updates the file)")
     args = p.parse_args(argv)
     dirs = [*(args.clip_dir or []), *CLIP_DIRS]
+    if args.only_baseline:
+        doc = json.loads(Path(args.out).read_text())
+        load = [round(x, 2) for x in os.getloadavg()]
+        ab = baseline_comparison(args.baseline, [find_clip(n, dirs) for n, _ in CLIPS], args.baseline_repeats)
+        ab["load_average_at_start"], ab["load_average_at_end"] = load, [round(x, 2) for x in os.getloadavg()]
+        doc["baseline"] = ab
+        Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
+        for c in ab["clips"]:
+            print(f"{c['clip']:34} {c['clip_s_per_cpu_s']} current/baseline {c['current_over_baseline']:.3f}")
+        return 0
     info = machine()
     startup = statistics.median(
         child_cpu_s([*FFMPEG, "-f", "lavfi", "-i", "nullsrc=s=16x16:d=0.04", "-f", "null", "-"]) for _ in range(5)
@@ -380,6 +449,11 @@ def main(argv: list[str] | None = None) -> int:
         "bad_input": bad_input_reject_ms(ROOT / "tests" / "data", max(3, args.repeats // 2)),
         "goals_met": all(r["goal_met"] for r in results),
     }
+    if args.baseline:
+        load = [round(x, 2) for x in os.getloadavg()]
+        ab = baseline_comparison(args.baseline, [find_clip(n, dirs) for n, _ in CLIPS], args.baseline_repeats)
+        ab["load_average_at_start"], ab["load_average_at_end"] = load, [round(x, 2) for x in os.getloadavg()]
+        doc["baseline"] = ab
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
     print(f"{'clip':34} {'B':>2} {'dec cpu':>8} {'ffm cpu':>8} {'ratio':>6} {'best':>6} {'goal':>5} {'dev s':>6}")

@@ -136,6 +136,7 @@ async def _plain_side(args, files: list[Path]) -> dict:
     from vllm.sampling_params import RequestOutputKind
     from vllm.v1.engine.async_llm import AsyncLLM
 
+    from serve_app.model_facts import COSMOS_REPETITION_PENALTY, COSMOS_TEMPERATURE, COSMOS_TOP_P
     from serve_app.prompt import render_prompt
 
     engine_args = {**BASE_ENGINE_ARGS, **json.loads(args.plain_engine_args or "{}")}
@@ -143,8 +144,9 @@ async def _plain_side(args, files: list[Path]) -> dict:
     llm = AsyncLLM.from_engine_args(AsyncEngineArgs(model=args.checkpoint, **engine_args))
     start_s = time.perf_counter() - t0
     mem = gpu_memory_used_mib()
-    sampling = SamplingParams(max_tokens=OUTPUT_TOKENS, ignore_eos=True, temperature=0.6, top_p=0.95,
-                              repetition_penalty=1.05, output_kind=RequestOutputKind.DELTA)
+    sampling = SamplingParams(max_tokens=OUTPUT_TOKENS, ignore_eos=True, temperature=COSMOS_TEMPERATURE,
+                              top_p=COSMOS_TOP_P, repetition_penalty=COSMOS_REPETITION_PENALTY,
+                              output_kind=RequestOutputKind.DELTA)
     text = render_prompt(QUESTION, SYSTEM_PROMPT)
     clips = [decode_file(f) for f in files]
     frames = [c.frames for c in clips]

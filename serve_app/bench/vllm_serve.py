@@ -31,12 +31,13 @@ from pathlib import Path
 from typing import Any
 
 from serve_app.bench.workload import OUTPUT_TOKENS, QUESTION, SYSTEM_PROMPT, WINDOW_S, Window, summary
+from serve_app.model_facts import COSMOS_REPETITION_PENALTY, COSMOS_TEMPERATURE, COSMOS_TOP_P
 
 logger = logging.getLogger(__name__)
 
 #: Sampling of every plain request: the Cosmos-Reason1 recipe (as the graph's), fixed output length.
-SAMPLING_BODY = {"max_tokens": OUTPUT_TOKENS, "ignore_eos": True, "temperature": 0.6, "top_p": 0.95,
-                 "repetition_penalty": 1.05}
+SAMPLING_BODY = {"max_tokens": OUTPUT_TOKENS, "ignore_eos": True, "temperature": COSMOS_TEMPERATURE,
+                 "top_p": COSMOS_TOP_P, "repetition_penalty": COSMOS_REPETITION_PENALTY}
 
 
 def _cut_one(clip: str, start_s: float, out: str) -> str:

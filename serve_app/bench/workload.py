@@ -16,8 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from serve_app.config import DEFAULT_SYSTEM_PROMPT, DecodeConfig, LimitsConfig
+from serve_app.config import DecodeConfig, LimitsConfig
 from serve_app.decoder import DecodedClip, SampleRequest, decode_clip
+from serve_app.model_facts import DEFAULT_SYSTEM_PROMPT
 
 QUESTION = "Is anyone in this scene in danger? Answer with reasoning."
 SYSTEM_PROMPT = DEFAULT_SYSTEM_PROMPT

@@ -1,9 +1,9 @@
 """A CPU engine on Hugging Face transformers (tests and the laptop default).
 
 Runs ``Qwen2_5_VLForConditionalGeneration.generate`` in a worker thread and
-streams text through a ``TextStreamer``. Requests run one at a time (a lock:
-CPU ``generate`` is compute-bound and serial); the time spent waiting for
-the lock is the request's ``queue_ms``. Aborts stop generation at the next
+streams text through transformers' ``AsyncTextIteratorStreamer``. Requests run
+one at a time (a lock: CPU ``generate`` is compute-bound and serial); the time
+spent waiting for the lock is the request's ``queue_ms``. Aborts stop generation at the next
 token through a ``StoppingCriteria``.
 """
 
@@ -16,13 +16,42 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+from transformers import AsyncTextIteratorStreamer
+
 from serve_app.checkpoint import ensure_checkpoint, has_random_weights
 from serve_app.config import ModelConfig
 from serve_app.engines.base import Engine, EngineDeadError, GenerationChunk, GenerationRequest
 
 logger = logging.getLogger(__name__)
 
-_DONE = object()
+
+class TokenCountingStreamer(AsyncTextIteratorStreamer):
+    """transformers' ``AsyncTextIteratorStreamer`` yielding ``(text, completion_tokens)`` pairs.
+
+    ``completion_tokens`` counts the tokens generated up to and including the ones in ``text``
+    (the prompt, which ``generate`` also puts first, is not counted). Must be created on the
+    event loop that iterates it; ``generate`` feeds it from a worker thread.
+    """
+
+    def __init__(self, tokenizer, **kwargs):
+        super().__init__(tokenizer, **kwargs)
+        self.completion_tokens = 0
+
+    def put(self, value) -> None:
+        """Receives token ids from ``generate`` (the first call holds the prompt)."""
+        if not self.next_tokens_are_prompt:
+            self.completion_tokens += int(value.numel())
+        super().put(value)
+
+    def on_finalized_text(self, text: str, stream_end: bool = False) -> None:
+        """Queues ``(text, tokens so far)``; the stop signal after the last text."""
+        self.loop.call_soon_threadsafe(self.text_queue.put_nowait, (text, self.completion_tokens))
+        if stream_end:
+            self.close_from_thread()
+
+    def close_from_thread(self) -> None:
+        """Ends the iteration (thread-safe; a second stop signal is never read)."""
+        self.loop.call_soon_threadsafe(self.text_queue.put_nowait, self.stop_signal)
 
 
 class TransformersEngine(Engine):
@@ -74,27 +103,21 @@ class TransformersEngine(Engine):
             return_tensors="pt",
         ).to(self.config.device)
 
-    def _run(self, request: GenerationRequest, emit, cancel: threading.Event) -> tuple[int, int, str]:
+    def _run(self, inputs, request: GenerationRequest, streamer: TokenCountingStreamer, cancel: threading.Event):
+        """Runs ``generate`` (worker thread); text goes out through ``streamer``.
+
+        Returns:
+            ``(completion_tokens, finish_reason)``; finish_reason is ``abort``, ``length`` or ``stop``.
+        """
         import torch
-        from transformers import StoppingCriteria, StoppingCriteriaList, TextStreamer
+        from transformers import StoppingCriteria, StoppingCriteriaList
 
-        inputs = self._inputs(request)
-        prompt_tokens = int(inputs["input_ids"].shape[1])
-        emit(GenerationChunk(prompt_tokens=prompt_tokens))
-        counter = {"n": 0}
-
-        class _Streamer(TextStreamer):
-            def put(self, value):
-                if not self.next_tokens_are_prompt:
-                    counter["n"] += int(value.numel())
-                super().put(value)
-
-            def on_finalized_text(self, text: str, stream_end: bool = False) -> None:
-                if text:
-                    emit(GenerationChunk(text=text, completion_tokens=counter["n"]))
+        stopped_by_cancel = threading.Event()
 
         class _Cancel(StoppingCriteria):
             def __call__(self, input_ids, scores, **kwargs):
+                if cancel.is_set():
+                    stopped_by_cancel.set()
                 return torch.full((input_ids.shape[0],), cancel.is_set(), dtype=torch.bool)
 
         s = request.sampling
@@ -104,7 +127,7 @@ class TransformersEngine(Engine):
             max_new_tokens=s.max_tokens,
             do_sample=s.temperature > 0,
             repetition_penalty=s.repetition_penalty,
-            streamer=_Streamer(self.processor.tokenizer, skip_prompt=True, skip_special_tokens=True),
+            streamer=streamer,
             stopping_criteria=StoppingCriteriaList([_Cancel()]),
         )
         if s.temperature > 0:
@@ -113,28 +136,30 @@ class TransformersEngine(Engine):
             kwargs["min_new_tokens"] = s.max_tokens
         with torch.inference_mode():
             out = self.model.generate(**inputs, **kwargs)
-        n_out = int(out.shape[1]) - prompt_tokens
-        if cancel.is_set():
+        n_out = int(out.shape[1]) - int(inputs["input_ids"].shape[1])
+        # Only a generation the cancel flag actually stopped is an abort: the flag is also set once the
+        # consumer has read the end of the stream, which may come before this line runs.
+        if stopped_by_cancel.is_set():
             reason = "abort"
         elif n_out >= s.max_tokens:
             reason = "length"
         else:
             reason = "stop"
-        return prompt_tokens, n_out, reason
+        return n_out, reason
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
-        """Streams one request's output (see :class:`Engine`)."""
+        """Streams one request's output (see :class:`Engine`).
+
+        The processor and ``generate`` run in the default executor; text arrives through
+        transformers' ``AsyncTextIteratorStreamer`` (:class:`TokenCountingStreamer`). A consumer
+        that stops iterating stops the generation at its next token.
+        """
         if self._dead:
             raise EngineDeadError(self._dead)
         t_arrive = time.perf_counter()
         loop = asyncio.get_running_loop()
-        queue: asyncio.Queue = asyncio.Queue()
         cancel = threading.Event()
         self._cancel[request.request_id] = cancel
-
-        def emit(item) -> None:
-            loop.call_soon_threadsafe(queue.put_nowait, item)
-
         try:
             async with self._lock:
                 queue_ms = (time.perf_counter() - t_arrive) * 1000
@@ -142,32 +167,26 @@ class TransformersEngine(Engine):
                 if cancel.is_set():
                     yield GenerationChunk(finished=True, finish_reason="abort")
                     return
+                inputs = await loop.run_in_executor(None, self._inputs, request)
+                prompt_tokens = int(inputs["input_ids"].shape[1])
+                yield GenerationChunk(prompt_tokens=prompt_tokens)
+                streamer = TokenCountingStreamer(self.processor.tokenizer, skip_prompt=True, skip_special_tokens=True)
 
-                def work():
+                def work() -> tuple[int, str]:
                     try:
-                        emit(self._run(request, emit, cancel))
-                    except BaseException as e:  # noqa: BLE001 - forwarded to the async side
-                        emit(e)
-                    finally:
-                        emit(_DONE)
+                        return self._run(inputs, request, streamer, cancel)
+                    finally:  # generate() ends the stream itself, but not when it raises
+                        streamer.close_from_thread()
 
                 fut = loop.run_in_executor(None, work)
-                result = None
                 try:
-                    while True:
-                        item = await queue.get()
-                        if item is _DONE:
-                            break
-                        if isinstance(item, BaseException):
-                            raise item
-                        if isinstance(item, tuple):
-                            result = item
-                            continue
-                        yield item
+                    async for text, n_tokens in streamer:
+                        if text:
+                            yield GenerationChunk(text=text, completion_tokens=n_tokens)
                 finally:
                     cancel.set()  # a consumer that went away stops the generation
                     await asyncio.shield(fut)
-                prompt_tokens, n_out, reason = result
+                n_out, reason = fut.result()
                 yield GenerationChunk(
                     completion_tokens=n_out, prompt_tokens=prompt_tokens, finished=True, finish_reason=reason
                 )

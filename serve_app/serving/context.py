@@ -72,7 +72,7 @@ class RouteRunner:
         config: the application config.
         decoder: the ``VideoDecoder`` handle.
         model: the ``VideoModel`` handle.
-        metrics: the ingress's metrics (``started``, ``finished``, ``error``).
+        metrics: the ingress's metrics (``finished``, ``error``).
     """
 
     def __init__(self, config: AppConfig, decoder: Any, model: Any, metrics: Any):
@@ -88,7 +88,6 @@ class RouteRunner:
     async def run(self, request: Request, route: str, handler: Handler) -> Response:
         """Runs ``handler`` with metrics and an access-log line; any exception becomes the error response."""
         ctx = RequestContext(request_id_of(request), time.perf_counter(), request.headers.get("x-camera-id"))
-        self.metrics.started()
         try:
             response = await handler(request, ctx)
             self._finished(route, ctx, response.status_code, None)

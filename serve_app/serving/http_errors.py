@@ -33,7 +33,7 @@ class AuthRejector:
     """Sends the 401 of a request without the right API key (``WWW-Authenticate: Bearer``), counted and logged.
 
     Args:
-        metrics: the ingress's metrics (``requests`` counter and ``error``).
+        metrics: the ingress's metrics (``error``).
     """
 
     def __init__(self, metrics):
@@ -41,8 +41,7 @@ class AuthRejector:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send, err: AuthenticationError) -> None:
         """The ``reject`` callback of :class:`serve_app.auth.ApiKeyMiddleware`."""
-        self.metrics.requests.inc(tags={"route": "auth", "status": str(err.status)})
-        self.metrics.error("auth", err.type)
+        self.metrics.error("auth", err.type)  # Serve's serve_num_http_requests counts the 401 itself
         logger.info(
             "request %s: %s %s rejected: %s", request_id_of(scope), scope.get("method"), scope.get("path"), err.message
         )

@@ -13,12 +13,17 @@ pytestmark = pytest.mark.integration
 CAMERA = "cam-metrics-7"
 
 
+#: Ray Serve's own metrics the app relies on instead of counting requests itself.
+SERVE_METRICS = ("ray_serve_num_http_requests_total", "ray_serve_replica_processing_queries")
+
+
 def scrape(url: str) -> dict[str, list]:
-    """Samples by name: ``{name: [(labels, value), ...]}`` (only the app's ``ray_cosmos_*`` metrics)."""
+    """Samples by name: ``{name: [(labels, value), ...]}`` (the app's ``ray_cosmos_*`` metrics and
+    :data:`SERVE_METRICS`)."""
     out: dict[str, list] = {}
     for fam in text_string_to_metric_families(httpx.get(url, timeout=10).text):
         for s in fam.samples:
-            if s.name.startswith("ray_cosmos_"):
+            if s.name.startswith("ray_cosmos_") or s.name in SERVE_METRICS:
                 out.setdefault(s.name, []).append((s.labels, s.value))
     return out
 
@@ -60,8 +65,8 @@ def test_metrics_endpoint_shows_every_stage(traffic, metrics_url):
     expected = {
         "ray_cosmos_decode_ms_count", "ray_cosmos_decode_frames_sum", "ray_cosmos_model_queue_depth",
         "ray_cosmos_model_queue_ms_count", "ray_cosmos_model_ms_count", "ray_cosmos_ttft_ms_count",
-        "ray_cosmos_tokens_total", "ray_cosmos_errors_total", "ray_cosmos_requests_total", "ray_cosmos_request_ms_count",
-        "ray_cosmos_model_requests_total", "ray_cosmos_ingress_in_flight",
+        "ray_cosmos_tokens_total", "ray_cosmos_errors_total", "ray_cosmos_request_ms_count",
+        "ray_cosmos_model_requests_total", *SERVE_METRICS,
     }
     deadline = time.monotonic() + 90  # Ray's agent exports every few seconds
     while True:
@@ -77,8 +82,12 @@ def test_metrics_endpoint_shows_every_stage(traffic, metrics_url):
     assert total(m, "ray_cosmos_tokens_total", kind="prompt") >= traffic["usage"]["prompt_tokens"]
     assert total(m, "ray_cosmos_model_requests_total", finish_reason="length") >= 1
     assert total(m, "ray_cosmos_ttft_ms_count") >= 1 and total(m, "ray_cosmos_model_ms_sum") > 0
-    assert total(m, "ray_cosmos_requests_total", route="/v1/video/query", status="200") >= 2
-    assert total(m, "ray_cosmos_requests_total", route="/v1/video/query", status="400") >= 1
+    assert total(m, "ray_cosmos_request_ms_count", route="/v1/video/query", status="200") >= 2
+    assert total(m, "ray_cosmos_request_ms_count", route="/v1/video/query", status="400") >= 1
+    # Request counts by status are Serve's (the app does not repeat them).
+    assert total(m, "ray_serve_num_http_requests_total", status_code="200") >= 2
+    assert total(m, "ray_serve_num_http_requests_total", status_code="400") >= 1
+    assert not any(name.startswith(("ray_cosmos_requests", "ray_cosmos_ingress_in_flight")) for name in m)
     assert total(m, "ray_cosmos_errors_total", route="/v1/video/query", type="invalid_request_error") >= 1
     labels = {k for lab, _ in m["ray_cosmos_model_ms_count"] for k in lab}
     assert {"deployment", "replica", "application"} <= labels

@@ -48,3 +48,33 @@ def test_missing_and_wrong_keys_say_which():
     with pytest.raises(AuthenticationError, match="invalid API key"):
         ApiKey("k").check({"x-api-key": "j"})
     assert presented_key({"authorization": "Bearer a", "x-api-key": "b"}) == "a"
+
+
+@pytest.mark.parametrize(
+    ("raw_headers", "path", "passed"),
+    [
+        ([(b"authorization", b"Bearer k")], "/v1/models", True),
+        ([(b"x-api-key", b"k"), (b"host", b"127.0.0.1")], "/v1/models", True),
+        ([(b"authorization", b"Bearer nope")], "/v1/models", False),
+        ([], "/v1/models", False),
+        ([], "/healthz", True),  # exempt path
+    ],
+)
+def test_middleware_reads_raw_asgi_headers(raw_headers, path, passed):
+    import asyncio
+
+    from serve_app.auth import ApiKeyMiddleware
+
+    calls = []
+
+    async def app(scope, receive, send):
+        calls.append("app")
+
+    async def reject(scope, receive, send, err):
+        calls.append(err.message)
+
+    mw = ApiKeyMiddleware(app, ApiKey("k"), exempt_paths={"/healthz"}, reject=reject)
+    scope = {"type": "http", "path": path, "root_path": "", "headers": raw_headers}
+    asyncio.run(mw(scope, None, None))
+    assert (calls == ["app"]) is passed
+    assert len(calls) == 1

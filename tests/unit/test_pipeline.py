@@ -272,9 +272,6 @@ class RecordingMetrics:
     def __init__(self):
         self.finished_calls, self.errors = [], []
 
-    def started(self):
-        pass
-
     def finished(self, route, status, ms, err_type=None):
         self.finished_calls.append((route, status, err_type))
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from serve_app.config import COSMOS_SYSTEM_PROMPT, DEFAULT_SYSTEM_PROMPT
-from serve_app.prompt import VIDEO_PLACEHOLDER, build_messages, render_prompt
+from serve_app.model_facts import COSMOS_SYSTEM_PROMPT, DEFAULT_SYSTEM_PROMPT, VIDEO_PLACEHOLDER
+from serve_app.prompt import build_messages, render_prompt
 from serve_app.reasoning import split_reasoning
 
 pytestmark = pytest.mark.unit
@@ -76,3 +76,48 @@ def test_tokenizer_matches_tiktoken_bpe(tiny_checkpoint):
     ]
     for t in texts:
         assert hf.encode(t, add_special_tokens=False).ids == enc.encode_ordinary(t)
+
+
+def test_tokenizer_added_tokens_have_qwen_ids_and_flags(tiny_checkpoint):
+    """Every added token of Qwen2.5 (model_facts.ADDED_TOKENS) has its id; special ones are skipped on decode."""
+    from tokenizers import Tokenizer
+
+    from serve_app.model_facts import ADDED_TOKENS
+
+    hf = Tokenizer.from_file(str(tiny_checkpoint / "tokenizer.json"))
+    for token_id, content, _ in ADDED_TOKENS:
+        assert hf.token_to_id(content) == token_id
+        assert hf.encode(f"a{content}b", add_special_tokens=False).ids[1] == token_id  # one token inside text
+    assert [t.content for t in hf.get_added_tokens_decoder().values() if t.special] == [
+        c for _, c, special in ADDED_TOKENS if special
+    ]
+    ids = hf.encode("<|im_start|>user<tool_call>x</tool_call><|im_end|>", add_special_tokens=False).ids
+    assert ids[0] == 151644 and ids[-1] == 151645
+    assert hf.decode(ids, skip_special_tokens=True) == "user<tool_call>x</tool_call>"  # 151657/8 are not special
+
+
+def test_tokenizer_pre_tokenizer_is_qwens_regex_with_nfc(tiny_checkpoint):
+    import json
+
+    from tokenizers import Tokenizer
+
+    from serve_app.model_facts import PRETOKENIZE_REGEX
+
+    doc = json.loads((tiny_checkpoint / "tokenizer.json").read_text())
+    assert doc["normalizer"] == {"type": "NFC"}
+    assert doc["pre_tokenizer"]["pretokenizers"][0]["pattern"] == {"Regex": PRETOKENIZE_REGEX}
+    assert doc["model"]["ignore_merges"] is False
+    assert len(doc["model"]["merges"]) == 151_643 - 256  # one merge per multi-byte token, as Qwen's merges.txt
+    hf = Tokenizer.from_file(str(tiny_checkpoint / "tokenizer.json"))
+    assert hf.encode("e\u0301t\u00e9").ids == hf.encode("\u00e9t\u00e9").ids  # NFC: decomposed é == composed é
+    assert len(hf.encode("2026").ids) == 4  # \p{N}: one digit per pre-token (cl100k's regex takes three)
+    assert hf.encode(" world").offsets == [(0, 6)]  # byte-level, offsets not trimmed (trim_offsets false)
+
+
+def test_checkpoint_carries_the_one_chat_template(tiny_checkpoint):
+    import json
+
+    from serve_app.model_facts import CHAT_TEMPLATE
+
+    assert json.loads((tiny_checkpoint / "chat_template.json").read_text())["chat_template"] == CHAT_TEMPLATE
+    assert json.loads((tiny_checkpoint / "tokenizer_config.json").read_text())["chat_template"] == CHAT_TEMPLATE

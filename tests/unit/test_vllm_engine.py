@@ -6,9 +6,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from serve_app.config import DEFAULT_SYSTEM_PROMPT, app_config_from_file
+from serve_app.config import app_config_from_file
 from serve_app.engines.base import GenerationRequest, SamplingOptions
 from serve_app.engines.vllm_engine import engine_prompt, processor_kwargs, unknown_engine_args
+from serve_app.model_facts import DEFAULT_SYSTEM_PROMPT
 from serve_app.prompt import render_prompt
 
 pytestmark = pytest.mark.unit
