@@ -20,7 +20,7 @@ import httpx
 import pytest
 from fake_camera import FakeCamera
 
-from serve_app.bench.local_serve import cpu_args, deploy
+from serve_app.testing.local_serve import cpu_args, deploy
 
 pytestmark = pytest.mark.integration
 
