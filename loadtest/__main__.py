@@ -11,6 +11,9 @@ Examples::
     # the client-capacity check: 64 cameras against the built-in fast test double
     python -m loadtest --target double --cameras 64 --duration-s 120
 
+    # live cameras registered on the service, measured from its events (loadtest/streams.py)
+    python -m loadtest --streams --cameras 4 --window-s 2 --fps 2 --duration-s 120
+
     # re-render tables and plots of a saved run or sweep
     python -m loadtest --report runs/loadtest/20250101-120000/results.json
 """
@@ -274,7 +277,13 @@ async def amain(a: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``python -m loadtest``."""
+    """Entry point of ``python -m loadtest`` (``--streams``: :mod:`loadtest.streams`)."""
+    raw = list(sys.argv[1:] if argv is None else argv)
+    if "--streams" in raw:
+        from loadtest import streams
+
+        logging.basicConfig(level=logging.INFO)
+        return streams.run([x for x in raw if x != "--streams"])
     a = parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")

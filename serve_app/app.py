@@ -1,7 +1,8 @@
 """The application builder: the ``import_path`` of every Serve config.
 
 ``serve run configs/cpu.yaml`` calls :func:`build_app` with the YAML's
-``args:``; the graph is Ingress → VideoDecoder → VideoModel, composed with
+``args:``; the graph is Ingress → VideoDecoder → VideoModel (and Ingress → StreamWorker →
+VideoModel for live cameras), composed with
 ``DeploymentHandle``s.
 """
 
@@ -17,6 +18,7 @@ from serve_app.config import AppConfig
 from serve_app.deployments.decoder import VideoDecoder
 from serve_app.deployments.ingress import Ingress
 from serve_app.deployments.model import VideoModel
+from serve_app.deployments.stream_worker import StreamWorker
 from serve_app.preflight import check_build
 
 logger = logging.getLogger(__name__)
@@ -35,10 +37,13 @@ def resolve_paths(config: AppConfig) -> AppConfig:
     if is_local:
         model_id = str(Path(model_id).expanduser().resolve())
     roots = [str(Path(r).expanduser().resolve()) for r in config.sources.allowed_roots]
+    db = config.streams.db_path
+    db_path = None if db in (None, ":memory:") else str(Path(db).expanduser().resolve())
     return config.model_copy(
         update={
             "model": model.model_copy(update={"model_id": model_id}),
             "sources": config.sources.model_copy(update={"allowed_roots": roots}),
+            "streams": config.streams.model_copy(update={"db_path": db_path}),
         }
     )
 
@@ -72,4 +77,7 @@ def build_app(args: dict[str, Any] | None = None) -> Application:
     ingress = config.ingress.ray_options()
     # security: Serve's slots = clip-route slots (admitted by the ingress) + slots kept for health checks
     ingress["max_ongoing_requests"] += config.security.reserved_slots
-    return as_deployment(Ingress).options(**ingress).bind(cfg, decoder, model)
+    if config.streams.max_streams == 0:
+        return as_deployment(Ingress).options(**ingress).bind(cfg, decoder, model)
+    worker = as_deployment(StreamWorker).options(**config.stream_worker.ray_options()).bind(cfg, model)
+    return as_deployment(Ingress).options(**ingress).bind(cfg, decoder, model, worker)

@@ -326,6 +326,37 @@ class DeploymentOptions(_Model):
         return opts
 
 
+class StreamsConfig(_Model):
+    """Live camera streams (``/v1/streams``): limits, persistence, reconnects (see :mod:`serve_app.streams`)."""
+
+    db_path: str | None = Field(
+        None,
+        description="SQLite file holding the registered streams and their bounded answer history, so they "
+        "resume after a restart (relative: to the cwd of `serve run`; on KubeRay a path on a volume that "
+        "outlives the pod). None: kept in memory only (streams are lost with the worker replica).",
+    )
+    max_streams: int = Field(64, ge=0, description="Most registered streams (0: the streams API is off).")
+    max_subscribers: int = Field(
+        16, ge=1, description="Most concurrent server-sent-event subscribers per ingress replica (beyond: 503)."
+    )
+    max_window_s: float = Field(60.0, gt=0, description="Longest `window_s` a stream may ask for, seconds.")
+    max_fps: float = Field(8.0, gt=0, le=30, description="Highest `fps` a stream may ask for, frames/s.")
+    max_questions: int = Field(8, ge=1, description="Most questions per stream.")
+    pending_windows: int = Field(
+        1, ge=1, description="Windows a stream may hold waiting for the model; when full the oldest is dropped."
+    )
+    event_history: int = Field(2000, ge=10, description="Events kept for Last-Event-ID replay (all streams).")
+    answer_history: int = Field(50, ge=1, description="Answers (with thumbnails) kept per stream in the database.")
+    thumbnail_width: int = Field(320, ge=32, le=1280, description="Width of the per-window JPEG thumbnail, pixels.")
+    reconnect_initial_s: float = Field(0.5, gt=0, description="First reconnect delay after a camera fails, seconds.")
+    reconnect_max_s: float = Field(10.0, gt=0, description="Longest reconnect delay (exponential backoff cap), seconds.")
+    read_timeout_s: float = Field(
+        5.0, gt=0, description="Seconds without a packet before a camera counts as stalled and is reconnected."
+    )
+    webhook_timeout_s: float = Field(5.0, gt=0, description="Seconds one webhook delivery may take.")
+    webhook_retries: int = Field(3, ge=0, le=10, description="Retries of a failed webhook delivery (with backoff).")
+
+
 class AppConfig(_Model):
     """Everything ``build_app`` needs: the Serve YAML's ``args:``."""
 
@@ -356,6 +387,12 @@ class AppConfig(_Model):
     model_replica: DeploymentOptions = Field(
         default_factory=lambda: DeploymentOptions(num_cpus=1.0, max_ongoing_requests=64, max_queued_requests=128),
         description="Model deployment options (one GPU per replica in the GPU configs).",
+    )
+    streams: StreamsConfig = Field(default_factory=StreamsConfig, description="Live camera streams.")
+    stream_worker: DeploymentOptions = Field(
+        default_factory=lambda: DeploymentOptions(num_cpus=0.5, num_replicas=1, max_ongoing_requests=256),
+        description="Stream-worker deployment options (one replica reads every registered camera; it never "
+        "takes the decode replicas that serve one-off clips).",
     )
 
 

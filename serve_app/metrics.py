@@ -139,3 +139,34 @@ class ModelMetrics:
             self.tokens.inc(prompt_tokens, tags={"kind": "prompt"})
         if completion_tokens:
             self.tokens.inc(completion_tokens, tags={"kind": "completion"})
+
+
+class StreamMetrics:
+    """Per-stream counters and freshness of the stream worker (tag ``stream``: a stream id; bounded by
+    ``streams.max_streams``, unlike camera ids of one-off requests).
+
+    * ``cosmos_stream_windows`` (counter; stream, outcome = answered | dropped_<reason>)
+    * ``cosmos_stream_reconnects`` (counter; stream)
+    * ``cosmos_stream_freshness_s`` (gauge; stream): answer time − window end of the latest answer, seconds
+    """
+
+    def __init__(self) -> None:
+        self.windows = Counter(
+            "cosmos_stream_windows", description="Stream windows by outcome.", tag_keys=("stream", "outcome")
+        )
+        self.reconnects = Counter("cosmos_stream_reconnects", description="Camera reconnects.", tag_keys=("stream",))
+        self.fresh = Gauge(
+            "cosmos_stream_freshness_s", description="Latest answer time minus window end, s.", tag_keys=("stream",)
+        )
+
+    def window(self, stream_id: str, outcome: str) -> None:
+        """One window answered or dropped (``dropped_<reason>``)."""
+        self.windows.inc(tags={"stream": stream_id, "outcome": outcome})
+
+    def reconnect(self, stream_id: str) -> None:
+        """The camera failed or stalled and is being reconnected."""
+        self.reconnects.inc(tags={"stream": stream_id})
+
+    def freshness(self, stream_id: str, seconds: float) -> None:
+        """The latest answer's freshness, seconds."""
+        self.fresh.set(seconds, tags={"stream": stream_id})

@@ -258,7 +258,17 @@ def parse_chat_body(raw: bytearray, config: AppConfig) -> tuple[ChatQuery, ClipS
 
 
 def _data_url_bytes(url: str, max_bytes: int, param: str) -> bytes:
-    comma = url.find(",", 5)
+    """The bytes of a base64 ``data:`` URL (RFC 2397), checked against ``max_bytes``.
+
+    The data starts after the comma that follows ``;base64``: browsers label MediaRecorder clips
+    ``video/webm;codecs=vp8,opus``, whose parameter holds a comma of its own.
+
+    Raises:
+        InvalidRequestError (400): no comma, not base64, a non-video media type, invalid base64, empty.
+        PayloadTooLargeError (413): more than ``max_bytes`` once decoded.
+    """
+    marker = url[:4096].lower().find(";base64,")
+    comma = marker + len(";base64") if marker >= 0 else url.find(",", 5)
     if comma < 0:
         raise InvalidRequestError("malformed data: URL (no ',')", param=param)
     header = url[5:comma]

@@ -17,25 +17,7 @@ from collections.abc import Callable, Sequence
 import av
 import numpy as np
 
-CODE_BITS = 10
-
-
-def coded_frame(index: int, width: int, height: int) -> np.ndarray:
-    """``(height, width, 3) uint8``: a moving gradient with ``index`` written in the top quarter.
-
-    Bit b of ``index`` (LSB first) is block b of a row of :data:`CODE_BITS` blocks:
-    white = 1, black = 0.
-    """
-    y, x = np.mgrid[0:height, 0:width]
-    img = np.empty((height, width, 3), dtype=np.uint8)
-    img[..., 0] = (x * 255 // max(width - 1, 1) + index * 3) % 256
-    img[..., 1] = (y * 255 // max(height - 1, 1)) % 256
-    img[..., 2] = 96
-    band = max(1, height // 4)
-    block = width // CODE_BITS
-    for b in range(CODE_BITS):
-        img[:band, b * block : (b + 1) * block] = 255 if (index >> b) & 1 else 0
-    return img
+from serve_app.testing.fake_camera import CODE_BITS, coded_frame  # noqa: F401 - re-exported
 
 
 def read_code(img: np.ndarray) -> int:

@@ -5,6 +5,8 @@ Run from the project root (CPU, outside CI; starts its own Ray + Serve with
 
     nohup python -m serve_app.bench.soak --out results/soak-cpu.json &
 
+Live cameras (``/v1/streams``) instead of posted clips: ``--streams`` (see :mod:`serve_app.bench.streams`).
+
 Each of ``--cameras`` cameras sends one clip every ``--period-s`` seconds (a camera cutting its
 stream into windows; starts staggered; a request that outlasts the period delays the next one,
 never overlaps it: the load tester's paced closed loop, :func:`loadtest.traffic.paced`).
@@ -25,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import sys
 import time
 from collections.abc import Sequence
 
@@ -136,7 +139,16 @@ async def soak(url: str, args, write) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Command line: starts Serve with configs/cpu.yaml's app args and soaks it."""
+    """Command line: starts Serve with configs/cpu.yaml's app args and soaks it.
+
+    ``--streams``: the live-camera soak instead (:mod:`serve_app.bench.streams`, its options).
+    """
+    rest = list(sys.argv[1:] if argv is None else argv)
+    if "--streams" in rest:
+        from serve_app.bench import streams
+
+        rest.remove("--streams")
+        raise SystemExit(streams.main(["soak", *rest]))
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     harness.add_serve_options(ap, port=8434, out="results/soak-cpu.json")
     ap.add_argument("--period-s", type=float, default=10.0, help="seconds between one camera's clips")

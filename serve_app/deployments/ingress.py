@@ -6,6 +6,8 @@ Routes (each served by a module of :mod:`serve_app.serving`):
   * ``POST /v1/chat/completions`` (:mod:`~serve_app.serving.chat`): the OpenAI-compatible route:
     ``chat.completion`` or ``chat.completion.chunk`` events ending with ``data: [DONE]``.
   * ``GET /v1/models``, ``GET /v1/models/{model}`` (:mod:`~serve_app.serving.models`).
+  * ``/v1/streams``, ``/v1/events``, ``GET /`` (:mod:`~serve_app.serving.streams`): live cameras
+    (handled by the stream-worker deployment) and the dashboard page.
   * ``GET /healthz``, ``GET /readyz`` (:mod:`~serve_app.serving.health`; never need the API key).
 
 Every error leaves as ``{"error": {"type", "message", "param"}}`` with its status and
@@ -32,7 +34,7 @@ from starlette.routing import Route
 from serve_app.auth import ApiKey, ApiKeyMiddleware
 from serve_app.config import AppConfig
 from serve_app.metrics import IngressMetrics
-from serve_app.serving import chat, health, models, query
+from serve_app.serving import chat, health, models, query, streams
 from serve_app.serving.context import RouteRunner
 from serve_app.serving.http_errors import AuthRejector, http_exception
 from serve_app.serving.guards import guard_middleware
@@ -58,7 +60,9 @@ class Ingress:
         model: handle of :class:`serve_app.deployments.model.VideoModel`.
     """
 
-    def __init__(self, config: dict, decoder: DeploymentHandle, model: DeploymentHandle):
+    def __init__(
+        self, config: dict, decoder: DeploymentHandle, model: DeploymentHandle, worker: DeploymentHandle | None = None
+    ):
         self.config = AppConfig.model_validate(config)
         self.api_key = ApiKey.from_env(self.config.api_key_env)
         self.metrics = IngressMetrics()
@@ -67,6 +71,7 @@ class Ingress:
         self.chat = chat.ChatServing(runner)
         self.models = models.ModelsServing(self.config.model.name, int(time.time()))
         self.readiness = health.Readiness(self.config.security.readiness_cache_s)  # security: cached ~1 s
+        self.streams = streams.StreamsServing(runner, worker) if worker is not None else None
         logger.info(
             "ingress ready: API key %s", f"required (${self.config.api_key_env})" if self.api_key.enabled else "off"
         )
@@ -75,10 +80,28 @@ class Ingress:
         """The routes, the request-id, API-key and guard middlewares, and the error shape of Starlette's errors."""
         reject = AuthRejector(self.metrics)
         auth = Middleware(
-            ApiKeyMiddleware, api_key=self.api_key, exempt_paths={HEALTH_ROUTE, READY_ROUTE}, reject=reject
+            ApiKeyMiddleware,
+            api_key=self.api_key,
+            exempt_paths={HEALTH_ROUTE, READY_ROUTE, *streams.DASHBOARD_ROUTES},
+            reject=reject,
         )
+        stream_routes = []
+        if self.streams is not None:
+            sv, sr = self.streams, streams.ROUTE
+            stream_routes = [
+                Route(sr, sv.create, methods=["POST"]),
+                Route(sr, sv.list, methods=["GET"]),
+                Route(sr + "/{id}", sv.get, methods=["GET"]),
+                Route(sr + "/{id}", sv.delete, methods=["DELETE"]),
+                Route(sr + "/{id}/thumbnail", sv.thumbnail, methods=["GET"]),
+                Route(sr + "/{id}/answers", sv.answers, methods=["GET"]),
+                Route(sr + "/{id}/events", sv.events, methods=["GET"]),
+                Route(streams.EVENTS_ROUTE, sv.events, methods=["GET"]),
+                *(Route(p, streams.dashboard, methods=["GET"]) for p in streams.DASHBOARD_ROUTES),
+            ]
         return Starlette(
             routes=[
+                *stream_routes,
                 Route(QUERY_ROUTE, self.query.endpoint, methods=["POST"]),
                 Route(CHAT_ROUTE, self.chat.endpoint, methods=["POST"]),
                 Route(MODELS_ROUTE, self.models.models, methods=["GET"]),

@@ -77,6 +77,7 @@ def cpu_app_args(**overrides) -> dict:
         "ingress": {"max_ongoing_requests": 64},
         "decoder": {"max_queued_requests": -1},
         "model_replica": {"max_ongoing_requests": 8, "max_queued_requests": -1},
+        "stream_worker": {"num_cpus": 0, "num_replicas": 1},
     }
     return cpu_args(**_merge(unbounded, overrides))
 

@@ -1,6 +1,7 @@
 """The OpenAI-compatible request parsing and response shapes (pure)."""
 
 import base64
+from pathlib import Path
 
 import pytest
 
@@ -115,6 +116,13 @@ def test_data_url_is_decoded_and_size_checked():
     with pytest.raises(PayloadTooLargeError) as e:
         openai_api.clip_source("data:video/mp4;base64," + base64.b64encode(raw).decode(), small)
     assert "limit is 50 bytes" in e.value.message
+
+
+def test_a_browser_recorder_data_url_with_a_comma_in_its_codecs_is_decoded():
+    # handed bug case: MediaRecorder labels its clips video/webm;codecs=vp8,opus (a comma before ;base64,)
+    raw = (Path(__file__).resolve().parents[1] / "data" / "browser_recorder_vp8_opus.webm").read_bytes()
+    url = "data:video/webm;codecs=vp8,opus;base64," + base64.b64encode(raw).decode()
+    assert openai_api.clip_source(url, CFG).data == raw
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,108 @@
+"""The stream-worker deployment: reads every registered camera and hands windows to the model.
+
+A deployment of its own, so camera readers never occupy the decode replicas that serve one-off
+clips. One replica (``stream_worker.num_replicas: 1``) owns every stream; its state lives in
+the SQLite database at ``streams.db_path``, so a replacement replica (after a crash, a
+``ray.kill``, or ``serve run`` again) resumes every registered stream in its constructor.
+The work is in the Ray-free :class:`~serve_app.stream_registry.StreamRegistry`; the model is
+called through its handle with the window's :class:`~serve_app.protocol.DecodedClip` (the
+same ``generate`` stream one-off clips use). Values, not exceptions, leave this deployment:
+every method returns a pydantic model or an :class:`~serve_app.errors.ErrorInfo`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+
+from ray import serve
+from ray.serve.handle import DeploymentHandle
+
+from serve_app.config import AppConfig
+from serve_app.errors import ErrorInfo, ServeAppError
+from serve_app.metrics import StreamMetrics
+from serve_app.protocol import ClipQuestion, DecodedClip, ModelChunk
+from serve_app.stream_protocol import Deleted, EventBatch, StreamCreate, StreamList, StreamStatus
+from serve_app.stream_registry import StreamRegistry
+from serve_app.stream_store import StreamStore
+from serve_app.webhook import Webhooks
+
+logger = logging.getLogger("ray.serve")
+
+
+@serve.deployment(name="StreamWorker")
+class StreamWorker:
+    """Owns the registered streams (see the module docstring).
+
+    Args:
+        config: the application config (as a dict).
+        model: handle of :class:`serve_app.deployments.model.VideoModel`.
+    """
+
+    async def __init__(self, config: dict, model: DeploymentHandle):
+        self.config = AppConfig.model_validate(config)
+        self.model = model
+        self.store = StreamStore(self.config.streams.db_path, keep=self.config.streams.answer_history)
+        self.webhooks = Webhooks(self.config)
+        self.registry = StreamRegistry(self.config, self._ask, self.store, StreamMetrics(), self.webhooks)
+        n = self.registry.resume()
+        logger.info("stream worker ready: %d stream(s) resumed from %s", n, self.config.streams.db_path)
+
+    async def _ask(self, question: ClipQuestion, clip: DecodedClip) -> AsyncIterator[ModelChunk]:
+        stream = self.model.options(stream=True).generate.remote(question, clip)
+        try:
+            async for chunk in stream:
+                yield chunk
+        finally:
+            stream.cancel()
+
+    async def create(self, spec: StreamCreate) -> StreamStatus | ErrorInfo:
+        """Registers a stream (spec validated by the ingress)."""
+        try:
+            return self.registry.create(spec)
+        except ServeAppError as e:
+            return e.info()
+
+    async def list(self) -> StreamList:
+        """Every stream."""
+        return StreamList(data=self.registry.list())
+
+    async def get(self, stream_id: str) -> StreamStatus | ErrorInfo:
+        """One stream's status."""
+        try:
+            return self.registry.status(stream_id)
+        except ServeAppError as e:
+            return e.info()
+
+    async def delete(self, stream_id: str) -> Deleted | ErrorInfo:
+        """Stops and removes a stream."""
+        try:
+            await self.registry.delete(stream_id)
+            return Deleted(id=stream_id)
+        except ServeAppError as e:
+            return e.info()
+
+    async def events(self, after: int | None, stream_id: str | None, timeout_s: float) -> EventBatch | ErrorInfo:
+        """Events after ``after`` (long poll up to ``timeout_s``)."""
+        try:
+            return await self.registry.wait_events(after, stream_id, timeout_s)
+        except ServeAppError as e:
+            return e.info()
+
+    async def thumbnail(self, stream_id: str) -> bytes | ErrorInfo | None:
+        """The newest window thumbnail (JPEG) of a stream, None before the first answer."""
+        if stream_id not in self.registry.streams:
+            return ErrorInfo(404, "not_found", "no stream with this id (see GET /v1/streams)", "id")
+        return self.store.thumbnail(stream_id)
+
+    async def answers(self, stream_id: str, limit: int) -> list[dict] | ErrorInfo:
+        """The stored answer history (newest first, at most ``streams.answer_history``)."""
+        if stream_id not in self.registry.streams:
+            return ErrorInfo(404, "not_found", "no stream with this id (see GET /v1/streams)", "id")
+        return self.store.answers(stream_id, limit)
+
+    def __del__(self):
+        """Serve's shutdown hook: returns the readers' shutdown for Serve to await (definitions stay in
+        the database); later calls (the garbage collector's) find nothing and do nothing."""
+        registry = self.__dict__.pop("registry", None)
+        return None if registry is None else registry.close()

@@ -1,0 +1,235 @@
+"""The streams routes: register cameras, read their state, follow their events, the dashboard page.
+
+* ``POST /v1/streams`` → 201 :class:`~serve_app.stream_protocol.StreamStatus`
+* ``GET /v1/streams``, ``GET /v1/streams/{id}``, ``DELETE /v1/streams/{id}``
+* ``GET /v1/streams/{id}/thumbnail`` (JPEG of the latest answered window), ``GET /v1/streams/{id}/answers``
+* ``GET /v1/streams/{id}/events``, ``GET /v1/events``: server-sent events
+  (``id:``/``event:``/``data:``), replay after ``Last-Event-ID`` (or ``?after=``) from the worker's
+  bounded history; at most ``streams.max_subscribers`` at once per ingress replica (beyond: 503).
+* ``GET /`` and ``GET /dashboard``: the static dashboard page (no data in it: it asks for the key).
+
+Validation happens here, before the worker sees a stream: the body's shape
+(:class:`~serve_app.stream_protocol.StreamCreate`), the configured limits, and the source and
+webhook URLs through the same checks as clip sources (:mod:`serve_app.sources`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from importlib import resources
+from typing import Any
+
+from pydantic import ValidationError
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+
+from serve_app.api import parse_json_object, read_body, validation_error
+from serve_app.config import AppConfig
+from serve_app.errors import (
+    ErrorInfo,
+    InvalidRequestError,
+    OverloadedError,
+    PayloadTooLargeError,
+    ServeAppError,
+)
+from serve_app.serving.context import (
+    RequestContext,
+    RouteRunner,
+    json_response,
+)
+from serve_app.sources import check_url, resolve_local_path
+from serve_app.stream_protocol import EventBatch, StreamCreate
+
+logger = logging.getLogger("ray.serve")
+
+ROUTE = "/v1/streams"
+EVENTS_ROUTE = "/v1/events"
+DASHBOARD_ROUTES = ("/", "/dashboard")
+#: Largest POST /v1/streams body, bytes.
+MAX_BODY_BYTES = 64 * 1024
+#: Seconds one long poll of the worker waits for events (a keep-alive comment is sent after each empty one).
+POLL_S = 15.0
+
+
+def _as_param(e: ServeAppError, param: str) -> ServeAppError:
+    """A source-check error re-labelled for the streams API's field name."""
+    e.message = e.message.replace("video_url", param).replace("video_path", param)
+    e.param = param
+    return e
+
+
+def validate_stream(body: dict[str, Any], config: AppConfig) -> StreamCreate:
+    """The body of ``POST /v1/streams`` checked against the schema, the limits and the source rules.
+
+    Raises:
+        InvalidRequestError (400): a malformed field, a value over a ``streams.*``/``limits.*`` limit
+            (the message names it), a URL scheme that is not a camera's.
+        ForbiddenSourceError (403) / NotFoundError (404) / UnprocessableClipError (422): the source or
+            webhook fails the source checks (:func:`serve_app.sources.check_url`, ``resolve_local_path``).
+    """
+    try:
+        spec = StreamCreate.model_validate(body)
+    except ValidationError as e:
+        raise validation_error(e) from None
+    s, lim = config.streams, config.limits
+    if spec.window_s > s.max_window_s:
+        raise InvalidRequestError(f"window_s is {spec.window_s:g}; the limit is {s.max_window_s:g} s (streams.max_window_s)", param="window_s")
+    if spec.fps > s.max_fps:
+        raise InvalidRequestError(f"fps is {spec.fps:g}; the limit is {s.max_fps:g} (streams.max_fps)", param="fps")
+    if spec.every_s is not None and spec.every_s < spec.window_s:
+        raise InvalidRequestError("every_s must be at least window_s (windows do not overlap)", param="every_s")
+    if spec.window_s * spec.fps > lim.max_frames:
+        raise InvalidRequestError(
+            f"window_s × fps = {spec.window_s * spec.fps:g} frames; the limit is {lim.max_frames} (limits.max_frames)", param="fps"
+        )
+    if spec.window_s * spec.fps < 1:
+        raise InvalidRequestError("window_s × fps must give at least one frame per window", param="fps")
+    if len(spec.questions) > s.max_questions:
+        raise InvalidRequestError(f"{len(spec.questions)} questions; the limit is {s.max_questions} (streams.max_questions)", param="questions")
+    if any(len(q) > lim.max_question_chars for q in spec.questions):
+        raise PayloadTooLargeError(f"a question is longer than {lim.max_question_chars} characters (limits.max_question_chars)", param="questions")
+    if spec.max_tokens is not None and spec.max_tokens > lim.max_tokens:
+        raise InvalidRequestError(f"max_tokens is {spec.max_tokens}; the limit is {lim.max_tokens} (limits.max_tokens)", param="max_tokens")
+    try:
+        if "://" in spec.url:
+            check_url(spec.url, config.sources)
+        else:
+            resolve_local_path(spec.url, config.sources.allowed_roots, lim.max_upload_bytes)
+    except ServeAppError as e:
+        raise _as_param(e, "url") from None
+    if spec.webhook is not None:
+        if not spec.webhook.lower().startswith(("http://", "https://")):
+            raise InvalidRequestError("webhook must be an http:// or https:// URL", param="webhook")
+        try:
+            check_url(spec.webhook, config.sources)
+        except ServeAppError as e:
+            raise _as_param(e, "webhook") from None
+    return spec
+
+
+def _value(result: Any) -> Any:
+    """A worker result: raises its :class:`ErrorInfo`, else returns it."""
+    if isinstance(result, ErrorInfo):
+        result.raise_()
+    return result
+
+
+def sse_frame(event) -> bytes:
+    """One event as ``id:``, ``event:`` and ``data:`` lines."""
+    return f"id: {event.id}\nevent: {event.type}\ndata: {event.model_dump_json()}\n\n".encode()
+
+
+class StreamsServing:
+    """The streams routes (see the module docstring).
+
+    Args:
+        runner: the ingress's route runner (config, metrics, error mapping).
+        worker: the ``StreamWorker`` handle.
+    """
+
+    def __init__(self, runner: RouteRunner, worker: Any):
+        self.runner = runner
+        self.config = runner.config
+        self.worker = worker
+        self.subscribers = 0
+
+    async def create(self, request: Request) -> Response:
+        async def handle(req: Request, ctx: RequestContext) -> Response:
+            body = parse_json_object(await read_body(req, MAX_BODY_BYTES))
+            spec = await asyncio.to_thread(validate_stream, body, self.config)  # DNS lookups off the loop
+            status = _value(await self.worker.create.remote(spec))
+            return Response(status.model_dump_json(), status_code=201, media_type="application/json")
+
+        return await self.runner.run(request, ROUTE, handle)
+
+    async def list(self, request: Request) -> Response:
+        async def handle(req: Request, ctx: RequestContext) -> Response:
+            return json_response(await self.worker.list.remote())
+
+        return await self.runner.run(request, ROUTE, handle)
+
+    async def get(self, request: Request) -> Response:
+        async def handle(req: Request, ctx: RequestContext) -> Response:
+            return json_response(_value(await self.worker.get.remote(req.path_params["id"])))
+
+        return await self.runner.run(request, ROUTE + "/{id}", handle)
+
+    async def delete(self, request: Request) -> Response:
+        async def handle(req: Request, ctx: RequestContext) -> Response:
+            return json_response(_value(await self.worker.delete.remote(req.path_params["id"])))
+
+        return await self.runner.run(request, ROUTE + "/{id}", handle)
+
+    async def thumbnail(self, request: Request) -> Response:
+        async def handle(req: Request, ctx: RequestContext) -> Response:
+            jpeg = _value(await self.worker.thumbnail.remote(req.path_params["id"]))
+            if jpeg is None:
+                return Response(status_code=204)
+            return Response(jpeg, media_type="image/jpeg", headers={"cache-control": "no-store"})
+
+        return await self.runner.run(request, ROUTE + "/{id}/thumbnail", handle)
+
+    async def answers(self, request: Request) -> Response:
+        async def handle(req: Request, ctx: RequestContext) -> Response:
+            rows = _value(await self.worker.answers.remote(req.path_params["id"], self.config.streams.answer_history))
+            return JSONResponse({"object": "list", "data": rows})
+
+        return await self.runner.run(request, ROUTE + "/{id}/answers", handle)
+
+    async def events(self, request: Request) -> Response:
+        """Server-sent events of one stream (``/v1/streams/{id}/events``) or of all (``/v1/events``)."""
+        stream_id = request.path_params.get("id")
+        route = EVENTS_ROUTE if stream_id is None else ROUTE + "/{id}/events"
+
+        async def handle(req: Request, ctx: RequestContext) -> Response:
+            raw = req.headers.get("last-event-id") or req.query_params.get("after")
+            try:
+                after = int(raw) if raw not in (None, "") else None
+            except ValueError:
+                raise InvalidRequestError("Last-Event-ID must be an event id (an integer)", param="Last-Event-ID") from None
+            cap = self.config.streams.max_subscribers
+            if self.subscribers >= cap:
+                raise OverloadedError(
+                    f"{self.subscribers} event subscribers are connected; the limit is {cap} (streams.max_subscribers)",
+                    retry_after_s=5,
+                )
+            # The first poll answers at once: a 404 for an unknown stream is a status, not an event.
+            first: EventBatch = _value(await self.worker.events.remote(after, stream_id, 0.0))
+            self.subscribers += 1
+            return StreamingResponse(self._events(first, stream_id), media_type="text/event-stream",
+                                     headers={"cache-control": "no-store", "x-accel-buffering": "no"})
+
+        return await self.runner.run(request, route, handle)
+
+    async def _events(self, batch: EventBatch, stream_id: str | None):
+        try:
+            last = batch.last_id
+            yield b": stream of events; reconnect with Last-Event-ID to resume\n\n"
+            while True:
+                if batch.missed:
+                    yield b": some events fell out of the server's history\n\n"
+                for e in batch.events:
+                    yield sse_frame(e)
+                    last = e.id
+                if not batch.events:
+                    yield b": keep-alive\n\n"
+                    last = max(last, batch.last_id)
+                try:
+                    result = await self.worker.events.remote(last, stream_id, POLL_S)
+                except Exception as e:  # noqa: BLE001 - the worker replica died or is being replaced
+                    logger.info("event stream ended: stream worker unavailable (%s)", type(e).__name__)
+                    yield b"event: error\ndata: {\"error\": {\"type\": \"overloaded\", \"message\": \"the stream worker is restarting; reconnect with Last-Event-ID\", \"param\": null}}\n\n"
+                    return
+                if isinstance(result, ErrorInfo):  # the stream was deleted
+                    yield f"event: error\ndata: {{\"error\": {{\"type\": \"{result.type}\", \"message\": \"stream gone\", \"param\": null}}}}\n\n".encode()
+                    return
+                batch = result
+        finally:
+            self.subscribers -= 1
+
+
+async def dashboard(request: Request) -> Response:
+    """``GET /`` and ``GET /dashboard``: the static page (served without the key; it asks for it)."""
+    html = resources.files("serve_app").joinpath("static/dashboard.html").read_text(encoding="utf-8")
+    return HTMLResponse(html, headers={"cache-control": "no-store"})

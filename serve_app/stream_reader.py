@@ -1,0 +1,337 @@
+"""One camera's reader: open the source with PyAV, decode continuously, cut windows (one thread).
+
+A :class:`CameraReader` runs in its own thread (PyAV blocks), so a stalled camera never holds
+another. Each decoded frame's presentation time goes to the stream's
+:class:`~serve_app.stream_core.WindowCutter`; only the frames it keeps are converted (resized
+to the model's pixel budget, RGB, upright: :class:`serve_app.frames.FrameStore`), and each
+completed window is handed on as a :class:`~serve_app.protocol.DecodedClip`. Nothing is decoded
+twice.
+
+Sources (each checked as one-off clips are, :mod:`serve_app.sources`):
+
+* a path under ``sources.allowed_roots``; ``loop: true`` replays it in real time, forever;
+* ``rtsp://``: TCP-interleaved RTP, connecting to the checked address (:mod:`serve_app.capture`'s options);
+* ``http(s)://``: progressive MP4, MPEG-TS or MJPEG read as it arrives.
+
+Failures (refused, stalled past ``streams.read_timeout_s``, the stream ended) are reported and
+retried after :class:`~serve_app.stream_core.Backoff` delays; errors retrying cannot fix (a
+path outside the roots, not a video) end in state ``failed``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Callable
+from fractions import Fraction
+
+import av
+import numpy as np
+
+from serve_app.config import AppConfig
+from serve_app.container import configure_decoder, video_stream
+from serve_app.decoder import DecodedClip
+from serve_app.errors import ServeAppError, UnprocessableClipError, UnsupportedMediaError
+from serve_app.frames import FrameStore
+from serve_app.sampling import even_frame_count
+from serve_app.sources import check_url, resolve_local_path
+from serve_app.stream_core import Backoff, Window, WindowCutter
+from serve_app.stream_protocol import StreamCreate, StreamState
+
+logger = logging.getLogger("ray.serve")
+
+#: HTTP statuses of errors that retrying cannot fix (forbidden, not found, too large, not a video).
+PERMANENT_STATUSES = frozenset({400, 403, 404, 413, 415})
+
+
+class PermanentSourceError(Exception):
+    """The source cannot be read and retrying will not help (state ``failed``)."""
+
+
+@dataclasses.dataclass
+class ReadyWindow:
+    """A completed window with its frames as a clip.
+
+    Attributes:
+        window: the cut window (times; frames emptied once in ``clip``).
+        clip: ``(T, H, W, 3) uint8`` frames ready for the model.
+        thumbnail: JPEG of the window's last frame (``streams.thumbnail_width`` wide), or None.
+    """
+
+    window: Window
+    clip: DecodedClip
+    thumbnail: bytes | None
+
+
+class _Converter:
+    """Kept ``av.VideoFrame`` → ``(H, W, 3) uint8`` RGB at the window's model size (rotation applied)."""
+
+    def __init__(self, capacity: int, config: AppConfig):
+        self.store = FrameStore(capacity, config.decode.budget, config.decode.interpolation)
+        self.spent_s = 0.0
+
+    def __call__(self, frame: av.VideoFrame) -> np.ndarray:
+        t0 = time.perf_counter()
+        if self.store.source_size is None:
+            self.store._allocate(frame)  # the target size (needs the first frame's rotation)
+            self.store.frames = None  # the window keeps its own frames; no preallocated clip here
+        rgb = self.store.to_rgb(frame)
+        if self.store.rotation_cw:
+            rgb = np.ascontiguousarray(np.rot90(rgb, k=-(self.store.rotation_cw // 90)))
+        self.spent_s += time.perf_counter() - t0
+        return rgb
+
+
+#: HTTP live formats a stream may use, by what their first bytes look like (FFmpeg demuxer names).
+HTTP_FORMATS = ("mov,mp4,m4a,3gp,3g2,mj2", "mpegts", "mpjpeg", "mjpeg")
+
+
+def sniff_http_format(url: str, host_header: str, connect_timeout_s: float, read_timeout_s: float) -> str:
+    """The FFmpeg demuxer for an ``http(s)://`` live source, from its first bytes (redirects refused).
+
+    Progressive MP4 (``ftyp``/``moov``/``mdat`` box), MPEG-TS (sync byte 0x47 every 188 bytes),
+    MJPEG over HTTP (``multipart/x-mixed-replace``, or raw JPEG ``FF D8``). Anything else, notably
+    an HLS playlist (``#EXTM3U``, whose segment URLs would not pass the source checks), is refused.
+
+    Raises:
+        UnsupportedMediaError (415): not one of those formats (HLS included), or an HTTP redirect.
+        UnprocessableClipError (422): the server answered with an error status.
+    """
+    import httpx
+
+    timeout = httpx.Timeout(read_timeout_s, connect=connect_timeout_s)
+    with httpx.stream("GET", url, headers={"host": host_header}, timeout=timeout, follow_redirects=False) as r:
+        if 300 <= r.status_code < 400:
+            raise UnsupportedMediaError("the camera URL redirects; give the final URL (redirects are not followed for live streams)", param="url")
+        if r.status_code >= 400:
+            raise UnprocessableClipError(f"the camera URL answered HTTP {r.status_code}", param="url")
+        ctype = r.headers.get("content-type", "").lower()
+        head = b""
+        for chunk in r.iter_bytes():
+            head += chunk
+            if len(head) >= 400:
+                break
+    if ctype.startswith("multipart/x-mixed-replace"):
+        return "mpjpeg"
+    if head[4:8] in (b"ftyp", b"moov", b"mdat", b"free", b"wide"):
+        return HTTP_FORMATS[0]
+    if len(head) >= 377 and head[0] == 0x47 and head[188] == 0x47 and head[376] == 0x47:
+        return "mpegts"
+    if head[:2] == b"\xff\xd8":
+        return "mjpeg"
+    if head.lstrip().startswith(b"#EXTM3U") or "mpegurl" in ctype:
+        raise UnsupportedMediaError(
+            "HLS playlists are refused: their segment URLs are not checked by the source rules; "
+            "use progressive MP4, MPEG-TS or MJPEG over HTTP, or rtsp://",
+            param="url",
+        )
+    raise UnsupportedMediaError("the camera URL is not progressive MP4, MPEG-TS or MJPEG over HTTP", param="url")
+
+
+def window_clip(window: Window, fps: float, source: tuple[int, int], source_fps: float | None, decode_ms: float) -> DecodedClip:
+    """The window's frames as a :class:`DecodedClip` (padded to an even count; times from the window start)."""
+    n = len(window.frames)
+    frames = np.stack(window.frames + [window.frames[-1]] * (even_frame_count(n) - n))
+    return DecodedClip(
+        frames=frames,
+        timestamps_s=np.maximum(np.asarray(window.times_s, dtype=np.float64) - window.start_s, 0.0),
+        fps=fps,
+        source_width=source[0],
+        source_height=source[1],
+        source_fps=source_fps,
+        duration_s=window.end_s - window.start_s,
+        padded_frames=even_frame_count(n) - n,
+        decode_ms=decode_ms,
+        decoded_frames=n,
+    )
+
+
+def jpeg_thumbnail(rgb: np.ndarray, width: int) -> bytes:
+    """A JPEG of ``rgb`` ``(H, W, 3) uint8`` scaled down to ``width`` pixels (FFmpeg's mjpeg encoder, q≈5)."""
+    h, w = rgb.shape[:2]
+    out_w = min(width, w) // 2 * 2
+    out_h = max(2, round(h * out_w / w) // 2 * 2)
+    frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(rgb), format="rgb24")
+    frame = frame.reformat(width=out_w, height=out_h, format="yuvj420p")
+    cc = av.CodecContext.create("mjpeg", "w")
+    cc.width, cc.height, cc.pix_fmt = out_w, out_h, "yuvj420p"
+    cc.time_base = Fraction(1, 25)
+    cc.options = {"qmin": "2", "qmax": "8"}
+    packets = cc.encode(frame) + cc.encode(None)
+    return b"".join(bytes(p) for p in packets)
+
+
+class CameraReader:
+    """Reads one camera until :meth:`stop` (see the module docstring).
+
+    Args:
+        spec: the stream's definition.
+        config: the application config (sources, limits, decode, streams).
+        on_window: called (in the reader thread) with each :class:`ReadyWindow`.
+        on_state: called with ``(state, error message or None)`` on every state change.
+        on_frame: called once per decoded frame (counting).
+    """
+
+    def __init__(
+        self,
+        spec: StreamCreate,
+        config: AppConfig,
+        on_window: Callable[[ReadyWindow], None],
+        on_state: Callable[[StreamState, str | None], None],
+        on_frame: Callable[[], None] = lambda: None,
+    ):
+        self.spec, self.config = spec, config
+        self.on_window, self.on_state, self.on_frame = on_window, on_state, on_frame
+        every_s = spec.every_s or spec.window_s
+        self.converter = _Converter(max(1, round(spec.window_s * spec.fps)), config)
+        self.cutter: WindowCutter[np.ndarray] = WindowCutter(spec.window_s, every_s, spec.fps, self.converter)
+        s = config.streams
+        self.backoff = Backoff(s.reconnect_initial_s, s.reconnect_max_s)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self.run, daemon=True, name="camera-reader")
+        self._offset_s = 0.0  # stream time of this connection's first frame
+        self._last_t = 0.0
+        self._last_wall = 0.0
+        self.reconnects = 0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Asks the reader to stop (it closes its source within about a read timeout)."""
+        self._stop.set()
+
+    def join(self, timeout_s: float) -> None:
+        self._thread.join(timeout_s)
+
+    def run(self) -> None:
+        """Reads, reconnecting with backoff, until stopped or a permanent error."""
+        attempt = 0
+        self.on_state("connecting", None)
+        while not self._stop.is_set():
+            got_frames = False
+            try:
+                got_frames = self._read_once()
+                if self._stop.is_set():
+                    return
+                if self.spec.loop and got_frames:
+                    attempt = 0
+                    continue  # replay from the start; stream time keeps counting
+                if self.spec.url.startswith(("rtsp:", "http:", "https:")) or self.spec.loop:
+                    raise ConnectionError("the stream ended")
+                self.on_state("failed", "the file ended (loop is off)")
+                return
+            except PermanentSourceError as e:
+                self.on_state("failed", str(e))
+                return
+            except Exception as e:  # noqa: BLE001 - any camera failure is reported and retried
+                if self._stop.is_set():
+                    return
+                msg = _message(e)
+                if got_frames or getattr(e, "got_frames", False):
+                    attempt = 0
+                delay = self.backoff.delay_s(attempt)
+                attempt += 1
+                self.reconnects += 1
+                logger.info("stream %s: %s; reconnecting in %.1f s", self.spec.name or "-", msg, delay)
+                self.on_state("reconnecting", msg)
+                self.cutter.reset()
+                if self._stop.wait(delay):
+                    return
+
+    def _open(self) -> av.container.InputContainer:
+        cfg, url = self.config, self.spec.url
+        s = cfg.streams
+        timeout = (cfg.sources.rtsp_open_timeout_s, s.read_timeout_s)
+        try:
+            if url.startswith(("rtsp:", "http:", "https:")):
+                checked = check_url(url, cfg.sources)
+                if checked.scheme == "rtsp":
+                    opts = {"rtsp_transport": "tcp", "timeout": str(int(s.read_timeout_s * 1e6)), "analyzeduration": "1000000"}
+                    return av.open(checked.with_address(checked.addresses[0]), options=opts, timeout=timeout)
+                target = checked.with_address(checked.addresses[0]) if checked.scheme == "http" else url
+                fmt = sniff_http_format(target, checked.host_header, cfg.sources.url_connect_timeout_s, s.read_timeout_s)
+                opts = {"rw_timeout": str(int(s.read_timeout_s * 1e6))}
+                if checked.scheme == "http":
+                    opts["headers"] = f"Host: {checked.host_header}\r\n"
+                # The format is forced: FFmpeg never probes the body as a playlist that opens further URLs.
+                return av.open(target, format=fmt, options=opts, timeout=timeout)
+            path = resolve_local_path(url, cfg.sources.allowed_roots, cfg.limits.max_upload_bytes)
+            return av.open(str(path))
+        except ServeAppError as e:
+            e.message = e.message.replace("video_url", "url").replace("video_path", "url")
+            if e.status in PERMANENT_STATUSES:
+                raise PermanentSourceError(e.message) from None
+            raise
+
+    def _read_once(self) -> bool:
+        """One connection: decode until the source ends or fails. Returns whether frames arrived."""
+        container = self._open()
+        got = False
+        try:
+            try:
+                stream = video_stream(container, param="url")
+            except ServeAppError as e:
+                raise PermanentSourceError(e.message) from None
+            configure_decoder(stream, self.config.decode.threads)
+            tb = float(stream.time_base or 0) or 1 / 90000
+            rate = float(stream.average_rate) if stream.average_rate else None
+            is_file = not self.spec.url.startswith(("rtsp:", "http:", "https:"))
+            # Files and HTTP sources (a progressive MP4 may be a file on a web server) are paced by their
+            # timestamps; an RTSP camera paces itself.
+            paced = not self.spec.url.startswith("rtsp:")
+            # A new connection continues stream time where the last one stopped (plus the wall-clock gap).
+            if self._last_wall:
+                self._offset_s = self._last_t + max(1e-3, time.time() - self._last_wall if not is_file else 1 / (rate or 25))
+            wall0 = time.monotonic()
+            first_pts = None
+            n = 0
+            for frame in container.decode(stream):
+                if self._stop.is_set():
+                    return got
+                ts = frame.pts if frame.pts is not None else frame.dts
+                if ts is None:
+                    ts_s = n / (rate or 25)
+                else:
+                    first_pts = ts if first_pts is None else first_pts
+                    ts_s = (ts - first_pts) * tb
+                n += 1
+                if paced:  # real-time pacing: show each frame at its presentation time
+                    delay = wall0 + ts_s - time.monotonic()
+                    if delay > 0 and self._stop.wait(delay):
+                        return got
+                t = self._offset_s + ts_s
+                if not got:
+                    got = True
+                    self.on_state("running", None)
+                self.on_frame()
+                self._last_t, self._last_wall = t, time.time()
+                for w in self.cutter.push(t, frame, self._last_wall):
+                    self._emit(w, rate)
+            return got
+        except Exception as e:
+            e.got_frames = got  # type: ignore[attr-defined]
+            raise
+        finally:
+            container.close()
+
+    def _emit(self, window: Window, source_fps: float | None) -> None:
+        if not window.frames:
+            return
+        spent_ms = self.converter.spent_s * 1000
+        self.converter.spent_s = 0.0
+        size = self.converter.store.source_size or (0, 0)
+        clip = window_clip(window, self.spec.fps, size, source_fps, spent_ms)
+        thumb = jpeg_thumbnail(window.frames[-1], self.config.streams.thumbnail_width)
+        window.frames = []  # the clip holds the pixels now
+        self.on_window(ReadyWindow(window, clip, thumb))
+
+
+def _message(e: BaseException) -> str:
+    if isinstance(e, ServeAppError):
+        return e.message
+    if isinstance(e, av.error.FFmpegError):
+        return f"camera error: {e.strerror or type(e).__name__}"
+    return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__

@@ -1,0 +1,391 @@
+"""The registered streams of one stream worker: readers, per-stream answer loops, events (Ray-free).
+
+:class:`StreamRegistry` owns every stream: its :class:`~serve_app.stream_reader.CameraReader`
+thread, a :class:`~serve_app.stream_core.NewestWinsQueue` of pending windows, and an asyncio
+task that hands each window to the model (``ask``, injected: the model deployment's
+``generate`` stream in production, a fake in unit tests) one at a time, so a slow model makes
+a camera drop its oldest pending window (counted ``model_behind``) and never blocks another.
+Answers, alerts and state changes become events in the :class:`~serve_app.stream_core.EventLog`;
+definitions and answers go to the :class:`~serve_app.stream_store.StreamStore`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Protocol
+
+from serve_app.config import AppConfig
+from serve_app.errors import ErrorInfo, NotFoundError, OverloadedError, error_value
+from serve_app.pipeline import client_error
+from serve_app.protocol import ClipInfo, ClipQuestion, DecodedClip, Delta, Done, ModelChunk, SamplingOptions
+from serve_app.reasoning import split_reasoning
+from serve_app.stream_core import EventLog, NewestWinsQueue, Percentiles
+from serve_app.stream_protocol import (
+    RANDOM_WEIGHTS_NOTE,
+    AlertEvent,
+    AnswerEvent,
+    AnswerTimings,
+    AnswerUsage,
+    EventBatch,
+    LastAnswer,
+    StateEvent,
+    StreamCreate,
+    StreamState,
+    StreamStatus,
+    WindowTimes,
+)
+from serve_app.stream_reader import CameraReader, ReadyWindow
+from serve_app.stream_store import StreamStore
+
+logger = logging.getLogger("ray.serve")
+
+#: ``ask(question, clip)``: the model's chunk stream for one window.
+Ask = Callable[[ClipQuestion, DecodedClip], AsyncIterator[ModelChunk]]
+
+
+class StreamMetrics(Protocol):
+    """What the registry records per stream (:class:`serve_app.metrics.StreamMetrics`)."""
+
+    def window(self, stream_id: str, outcome: str) -> None: ...
+    def reconnect(self, stream_id: str) -> None: ...
+    def freshness(self, stream_id: str, seconds: float) -> None: ...
+
+
+class _NoMetrics:
+    def window(self, stream_id: str, outcome: str) -> None:
+        pass
+
+    def reconnect(self, stream_id: str) -> None:
+        pass
+
+    def freshness(self, stream_id: str, seconds: float) -> None:
+        pass
+
+
+def redact(url: str) -> str:
+    """``url`` without user:password (shown in statuses and logs)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or "@" not in rest.split("/", 1)[0]:
+        return url
+    return f"{scheme}://{rest.split('@', 1)[1]}"
+
+
+class _Stream:
+    """One registered stream's live state (owned by the registry's event loop)."""
+
+    def __init__(self, sid: str, spec: StreamCreate, created_at: float, pending: int):
+        self.id, self.spec, self.created_at = sid, spec, created_at
+        self.state: StreamState = "connecting"
+        self.frames = 0
+        self.cut = 0
+        self.answered = 0
+        self.dropped: collections.Counter[str] = collections.Counter()
+        self.alerts = 0
+        self.reconnects = 0
+        self.last_error: str | None = None
+        self.latency_ms = Percentiles()
+        self.freshness_s = Percentiles()
+        self.last_answer: LastAnswer | None = None
+        self.queue: NewestWinsQueue[ReadyWindow] = NewestWinsQueue(pending)
+        self.reader: CameraReader | None = None
+        self.task: asyncio.Task | None = None
+
+
+class StreamRegistry:
+    """Every stream of this worker (see the module docstring).
+
+    Args:
+        config: the application config.
+        ask: the model call (see :data:`Ask`).
+        store: the database (definitions and answers).
+        metrics: per-stream metrics (none by default).
+        model_name: reported in answer events.
+        random_weights: whether the model's weights are random (labelled on every answer).
+    """
+
+    def __init__(
+        self,
+        config: AppConfig,
+        ask: Ask,
+        store: StreamStore,
+        metrics: StreamMetrics | None = None,
+        webhooks: Any = None,
+    ):
+        self.config = config
+        self.ask = ask
+        self.store = store
+        self.metrics = metrics or _NoMetrics()
+        self.webhooks = webhooks
+        self.events = EventLog(config.streams.event_history, first_id=int(time.time() * 1000) * 1000)
+        self.streams: dict[str, _Stream] = {}
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def resume(self) -> int:
+        """Starts every stream stored in the database; returns how many."""
+        for sid, spec, created in self.store.streams():
+            if sid not in self.streams:
+                self._start(sid, spec, created)
+        return len(self.streams)
+
+    def create(self, spec: StreamCreate) -> StreamStatus:
+        """Registers and starts a stream (its spec already validated by the ingress).
+
+        Raises:
+            OverloadedError (503): ``streams.max_streams`` streams are registered.
+        """
+        limit = self.config.streams.max_streams
+        if len(self.streams) >= limit:
+            raise OverloadedError(
+                f"{len(self.streams)} streams are registered; the limit is {limit} (streams.max_streams)"
+            )
+        sid = "str_" + uuid.uuid4().hex[:16]
+        created = time.time()
+        self.store.add(sid, spec, created)
+        self._start(sid, spec, created)
+        return self.status(sid)
+
+    def _start(self, sid: str, spec: StreamCreate, created: float) -> None:
+        self.loop = asyncio.get_running_loop()
+        st = _Stream(sid, spec, created, self.config.streams.pending_windows)
+        self.streams[sid] = st
+        self._event(StateEvent(id=self.events.next_id(), stream_id=sid, time=time.time(), state="connecting", previous=None))
+        loop = self.loop
+
+        def on_window(w: ReadyWindow) -> None:
+            loop.call_soon_threadsafe(self._window, st, w)
+
+        def on_state(state: StreamState, error: str | None) -> None:
+            loop.call_soon_threadsafe(self._state, st, state, error)
+
+        def on_frame() -> None:
+            st.frames += 1  # an int add under the GIL: exact enough for a counter read elsewhere
+
+        st.reader = CameraReader(spec, self.config, on_window, on_state, on_frame)
+        st.task = loop.create_task(self._answer_loop(st))
+        st.reader.start()
+
+    async def delete(self, sid: str) -> None:
+        """Stops and forgets a stream.
+
+        Raises:
+            NotFoundError (404): no such stream.
+        """
+        st = self._get(sid)
+        del self.streams[sid]
+        self.store.remove(sid)
+        await self._stop(st)
+        self._event(StateEvent(id=self.events.next_id(), stream_id=sid, time=time.time(), state="deleted", previous=st.state))
+
+    async def _stop(self, st: _Stream) -> None:
+        if st.reader is not None:
+            st.reader.stop()
+        if st.task is not None:
+            st.task.cancel()
+            try:
+                await st.task
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - stopping
+                pass
+        if st.reader is not None:
+            await asyncio.to_thread(st.reader.join, 10.0)
+
+    async def close(self) -> None:
+        """Stops every reader (the definitions stay in the database)."""
+        for st in list(self.streams.values()):
+            await self._stop(st)
+
+    # ------------------------------------------------------------------ reads
+
+    def _get(self, sid: str) -> _Stream:
+        st = self.streams.get(sid)
+        if st is None:
+            raise NotFoundError("no stream with this id (see GET /v1/streams)", param="id")
+        return st
+
+    def status(self, sid: str) -> StreamStatus:
+        """One stream's status. Raises NotFoundError (404)."""
+        st = self._get(sid)
+        spec = st.spec
+        return StreamStatus(
+            id=st.id,
+            name=spec.name,
+            url=redact(spec.url),
+            state=st.state,
+            window_s=spec.window_s,
+            every_s=spec.every_s or spec.window_s,
+            fps=spec.fps,
+            questions=list(spec.questions),
+            loop=spec.loop,
+            alert=spec.alert,
+            created_at=st.created_at,
+            frames_received=st.frames,
+            windows_cut=st.cut,
+            windows_answered=st.answered,
+            windows_dropped=dict(st.dropped),
+            alerts=st.alerts,
+            reconnects=st.reconnects,
+            last_error=st.last_error,
+            latency_ms=st.latency_ms.summary(1),
+            freshness_s=st.freshness_s.summary(3),
+            last_answer=st.last_answer,
+        )
+
+    def list(self) -> list[StreamStatus]:
+        """Every stream's status, oldest first."""
+        return [self.status(sid) for sid in sorted(self.streams, key=lambda s: self.streams[s].created_at)]
+
+    async def wait_events(self, after: int | None, stream_id: str | None, timeout_s: float) -> EventBatch:
+        """Events after id ``after`` (None: only new ones from now: the current last id is used).
+
+        Raises:
+            NotFoundError (404): ``stream_id`` is given and unknown.
+        """
+        if stream_id is not None and stream_id not in self.streams:
+            raise NotFoundError("no stream with this id (see GET /v1/streams)", param="id")
+        return await self.events.wait(self.events.last_id if after is None else after, stream_id, timeout_s)
+
+    # ------------------------------------------------------------------ events from the reader
+
+    def _event(self, event) -> None:
+        self.events.append(event)
+
+    def _state(self, st: _Stream, state: StreamState, error: str | None) -> None:
+        if st.id not in self.streams:
+            return
+        if state == "reconnecting":
+            st.reconnects += 1
+            self.metrics.reconnect(st.id)
+        if error:
+            st.last_error = error
+        if state == st.state and not error:
+            return
+        prev, st.state = st.state, state
+        if state != prev or error:
+            self._event(StateEvent(id=self.events.next_id(), stream_id=st.id, time=time.time(), state=state, previous=prev, error=error))
+
+    def _window(self, st: _Stream, w: ReadyWindow) -> None:
+        if st.id not in self.streams:
+            return
+        st.cut += 1
+        w.handed_at = time.time()  # type: ignore[attr-defined]
+        dropped = st.queue.put(w)
+        if dropped is not None:
+            self._drop(st, "model_behind")
+
+    def _drop(self, st: _Stream, reason: str) -> None:
+        st.dropped[reason] += 1
+        self.metrics.window(st.id, "dropped_" + reason)
+
+    # ------------------------------------------------------------------ answering
+
+    async def _answer_loop(self, st: _Stream) -> None:
+        while True:
+            w = await st.queue.get()
+            try:
+                await self._answer(st, w)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - one window's failure never stops the stream
+                logger.exception("stream %s: window %d failed", st.id, w.window.index)
+                self._drop(st, "model_error")
+
+    async def _answer(self, st: _Stream, w: ReadyWindow) -> None:
+        spec, cfg = st.spec, self.config
+        model = cfg.model
+        win = w.window
+        answered = False
+        for qi, question in enumerate(spec.questions):
+            sampling = SamplingOptions(
+                max_tokens=spec.max_tokens or model.sampling.max_tokens,
+                temperature=model.sampling.temperature,
+                top_p=model.sampling.top_p,
+                repetition_penalty=model.sampling.repetition_penalty,
+            )
+            rid = f"{st.id}-w{win.index}-q{qi}"
+            t0 = time.time()
+            try:
+                info, text, done = await self._collect(self.ask(ClipQuestion(rid, question, sampling), w.clip))
+            except Exception as e:  # noqa: BLE001 - classified: refused/unavailable vs failed
+                err = error_value(client_error(e, rid, cfg.limits.retry_after_s))
+                self._drop(st, "model_busy" if err.status == 503 else "model_error")
+                st.last_error = f"model: {err.message}"
+                return
+            if isinstance(info, ErrorInfo):
+                self._drop(st, "model_busy" if info.status == 503 else "model_error")
+                st.last_error = f"model: {info.message}"
+                return
+            now = time.time()
+            parts = split_reasoning(text)
+            answer = parts.answer if parts.answer is not None else text
+            latency_ms = (now - getattr(w, "handed_at", t0)) * 1000
+            fresh_s = now - win.wall_end
+            ev = AnswerEvent(
+                id=self.events.next_id(),
+                stream_id=st.id,
+                time=now,
+                window_index=win.index,
+                question_index=qi,
+                question=question,
+                window=WindowTimes(start_s=round(win.start_s, 3), end_s=round(win.end_s, 3), wall_start=win.wall_start, wall_end=win.wall_end),
+                frames=len(win.times_s),
+                answer=answer,
+                reasoning=parts.reasoning,
+                finish_reason=done.finish_reason,
+                timings=AnswerTimings(
+                    decode_ms=round(w.clip.decode_ms, 1),
+                    queue_ms=done.queue_ms,
+                    model_ms=done.model_ms,
+                    ttft_ms=done.ttft_ms,
+                    latency_ms=round(latency_ms, 1),
+                    freshness_s=round(fresh_s, 3),
+                ),
+                usage=AnswerUsage(prompt_tokens=done.prompt_tokens, completion_tokens=done.completion_tokens, video_tokens=info.video_tokens),
+                model=info.model,
+                random_weights=info.random_weights,
+                note=RANDOM_WEIGHTS_NOTE if info.random_weights else parts.note(),
+                windows_dropped=sum(st.dropped.values()),
+            )
+            self._event(ev)
+            if qi == 0:
+                answered = True
+                st.latency_ms.add(latency_ms)
+                st.freshness_s.add(fresh_s)
+                self.metrics.freshness(st.id, fresh_s)
+                st.last_answer = LastAnswer(event_id=ev.id, window_index=win.index, answer=answer, reasoning=parts.reasoning, answered_at=now, random_weights=info.random_weights)
+                await asyncio.to_thread(self.store.add_answer, st.id, ev.id, ev.model_dump_json(), w.thumbnail)
+                if spec.alert is not None:
+                    hits = spec.alert.matches(answer)
+                    if hits:
+                        st.alerts += 1
+                        alert = AlertEvent(id=self.events.next_id(), stream_id=st.id, time=now, window_index=win.index, answer_event_id=ev.id, matched=hits, answer=answer, random_weights=info.random_weights)
+                        self._event(alert)
+                        if spec.webhook and self.webhooks is not None:
+                            self.webhooks.send(spec.webhook, alert)
+        if answered:
+            st.answered += 1
+            self.metrics.window(st.id, "answered")
+
+    @staticmethod
+    async def _collect(chunks: AsyncIterator[ModelChunk]) -> tuple[ClipInfo | ErrorInfo, str, Done | None]:
+        """``(ClipInfo, text, Done)`` from a model stream, or ``(ErrorInfo, "", None)``."""
+        info: ClipInfo | ErrorInfo | None = None
+        parts: list[str] = []
+        async for chunk in chunks:
+            if isinstance(chunk, ErrorInfo):
+                return chunk, "", None
+            if isinstance(chunk, ClipInfo):
+                info = chunk
+            elif isinstance(chunk, Delta):
+                parts.append(chunk.text)
+            elif isinstance(chunk, Done):
+                if info is None:
+                    raise RuntimeError("model stream ended without a ClipInfo")
+                return info, "".join(parts), chunk
+        raise RuntimeError("model stream ended without a Done chunk")
+

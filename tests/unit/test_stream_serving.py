@@ -1,0 +1,106 @@
+"""The streams routes without Ray: the SSE subscriber cap, Last-Event-ID, event framing, validation."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from starlette.requests import Request
+
+from serve_app.config import AppConfig
+from serve_app.errors import InvalidRequestError
+from serve_app.serving.context import RouteRunner
+from serve_app.serving.request_id import STATE_KEY
+from serve_app.serving.streams import StreamsServing, validate_stream
+from serve_app.stream_protocol import EventBatch, StateEvent
+
+pytestmark = pytest.mark.unit
+
+
+class Metrics:
+    def started(self): ...
+    def finished(self, *a, **k): ...
+    def error(self, *a, **k): ...
+
+
+class Remote:
+    def __init__(self, fn):
+        self.remote = fn
+
+
+class FakeWorker:
+    """``events.remote(after, stream_id, timeout_s)``: one state event after id 10, then nothing."""
+
+    def __init__(self):
+        self.calls: list[tuple] = []
+
+        async def events(after, stream_id, timeout_s):
+            self.calls.append((after, stream_id, timeout_s))
+            if after is not None and after < 11:
+                return EventBatch(events=[StateEvent(id=11, stream_id="s", time=1.0, state="running", previous="connecting")], last_id=11)
+            await asyncio.sleep(min(timeout_s, 0.01))
+            return EventBatch(events=[], last_id=11)
+
+        self.events = Remote(events)
+
+
+def request(path="/v1/events", headers=None) -> Request:
+    raw = [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
+    return Request({"type": "http", "method": "GET", "path": path, "query_string": b"", "headers": raw,
+                    "path_params": {}, "root_path": "", "state": {STATE_KEY: "req-1"}})
+
+
+def serving(max_subscribers=1):
+    cfg = AppConfig.model_validate({"streams": {"max_subscribers": max_subscribers}})
+    worker = FakeWorker()
+    return StreamsServing(RouteRunner(cfg, None, None, Metrics()), worker), worker
+
+
+def test_subscriber_cap_and_release():
+    async def main():
+        sv, worker = serving(max_subscribers=1)
+        first = await sv.events(request(headers={"Last-Event-ID": "10"}))
+        assert first.status_code == 200 and sv.subscribers == 1
+        second = await sv.events(request())
+        body = json.loads(second.body)
+        assert second.status_code == 503 and second.headers["retry-after"] == "5"
+        assert "streams.max_subscribers" in body["error"]["message"]
+        it = first.body_iterator
+        chunks = [await it.__anext__() for _ in range(3)]
+        await it.aclose()  # the client went away: its slot is free again
+        assert sv.subscribers == 0
+        third = await sv.events(request())
+        assert third.status_code == 200
+        await third.body_iterator.aclose()
+        return chunks, worker.calls
+
+    chunks, calls = asyncio.run(main())
+    text = b"".join(c if isinstance(c, bytes) else c.encode() for c in chunks).decode()
+    assert "id: 11\nevent: state\ndata: {" in text  # replayed after Last-Event-ID 10
+    assert calls[0] == (10, None, 0.0)
+
+
+def test_bad_last_event_id_is_400():
+    async def main():
+        sv, _ = serving()
+        return await sv.events(request(headers={"Last-Event-ID": "x"}))
+
+    r = asyncio.run(main())
+    assert r.status_code == 400 and json.loads(r.body)["error"]["param"] == "Last-Event-ID"
+
+
+@pytest.mark.parametrize(
+    "body, param",
+    [({"url": "rtsp://192.0.2.10/x", "questions": ["q"], "window_s": 30, "fps": 8}, "fps"),  # 240 frames > limits.max_frames (200)
+     ({"url": "rtsp://192.0.2.10/x", "questions": ["q"] * 9}, "questions"),
+     ({"url": "rtsp://192.0.2.10/x", "questions": ["q"], "max_tokens": 10**6}, "max_tokens"),
+     ({"url": "rtsp://192.0.2.10/x", "questions": ["q"], "webhook": "ftp://x/y"}, "webhook"),
+     ({"url": "rtsp://192.0.2.10/x", "questions": ["q"], "window_s": 0.1, "fps": 1}, "fps")],
+)
+def test_validate_stream_limits(body, param):
+    # 192.0.2.10 (TEST-NET-1, a literal: no DNS, no traffic) is allowed as a camera via allowed_networks
+    cfg = AppConfig.model_validate({"limits": {"max_frames": 200}, "sources": {"allowed_networks": ["192.0.2.0/24"]}})
+    with pytest.raises(InvalidRequestError) as e:
+        validate_stream(body, cfg)
+    assert e.value.param == param
