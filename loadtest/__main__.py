@@ -60,7 +60,7 @@ class _DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
         text = action.help or ""
         if "(default" in text or action.default is None or action.default is False:
             return text
-        return super()._get_help_string(action)
+        return super()._get_help_string(action) or ""
 
 
 def parser() -> argparse.ArgumentParser:
@@ -242,7 +242,7 @@ async def amain(a: argparse.Namespace) -> int:
         console.print(f"[red]the server config ({a.config}) refuses this run:[/] {e}")
         return 2
     is_double = a.target == "double"
-    double = contextlib.nullcontext(a.target)
+    double: contextlib.AbstractContextManager[str] = contextlib.nullcontext(a.target)
     if is_double:
         from loadtest.double import running_double
 

@@ -132,9 +132,13 @@ def _plot(answers: list[dict], names: dict[str, str], path: Path, t0: float) -> 
 
     fig, ax = plt.subplots(figsize=(8, 3.5))
     for sid, name in names.items():
-        pts = [(a["_received"] - t0, a["timings"]["freshness_s"]) for a in answers if a["stream_id"] == sid and a["question_index"] == 0]
+        pts = [
+            (a["_received"] - t0, a["timings"]["freshness_s"])
+            for a in answers
+            if a["stream_id"] == sid and a["question_index"] == 0
+        ]
         if pts:
-            ax.plot(*zip(*pts), marker=".", label=name or sid)
+            ax.plot(*zip(*pts, strict=True), marker=".", label=name or sid)
     ax.set_xlabel("time (s)")
     ax.set_ylabel("freshness (s): answer − window end")
     ax.legend(loc="upper left", fontsize=8)

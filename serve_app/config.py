@@ -28,6 +28,11 @@ from serve_app.model_facts import (
 from serve_app.model_facts import PIXEL_FACTOR as PIXEL_FACTOR  # re-exported: serve_app.sampling imports it here
 
 
+#: A URL scheme a ``video_url`` may use.
+UrlScheme = Literal["http", "https", "rtsp"]
+#: Every URL scheme the server can read (the default of ``sources.url_schemes``).
+URL_SCHEMES: tuple[UrlScheme, ...] = ("http", "https", "rtsp")
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -101,8 +106,8 @@ class SourcesConfig(_Model):
         default_factory=list,
         description="Directories a JSON `video_path` may point into (resolved, symlinks followed). Empty: none.",
     )
-    url_schemes: list[Literal["http", "https", "rtsp"]] = Field(
-        default_factory=lambda: ["http", "https", "rtsp"],
+    url_schemes: list[UrlScheme] = Field(
+        default_factory=lambda: list(URL_SCHEMES),
         description="URL schemes a `video_url` may use. Empty: URL sources are refused (403).",
     )
     allow_private_networks: bool = Field(
@@ -302,7 +307,7 @@ class DeploymentOptions(_Model):
     health_check_timeout_s: float = Field(30.0, gt=0, description="Seconds before a health check counts as failed.")
 
     @model_validator(mode="after")
-    def _one_scaling_mode(self) -> "DeploymentOptions":
+    def _one_scaling_mode(self) -> DeploymentOptions:
         if self.num_replicas is not None and self.autoscaling_config is not None:
             raise ValueError("set num_replicas or autoscaling_config, not both")
         return self
@@ -349,7 +354,9 @@ class StreamsConfig(_Model):
     answer_history: int = Field(50, ge=1, description="Answers (with thumbnails) kept per stream in the database.")
     thumbnail_width: int = Field(320, ge=32, le=1280, description="Width of the per-window JPEG thumbnail, pixels.")
     reconnect_initial_s: float = Field(0.5, gt=0, description="First reconnect delay after a camera fails, seconds.")
-    reconnect_max_s: float = Field(10.0, gt=0, description="Longest reconnect delay (exponential backoff cap), seconds.")
+    reconnect_max_s: float = Field(
+        10.0, gt=0, description="Longest reconnect delay (exponential backoff cap), seconds."
+    )
     read_timeout_s: float = Field(
         5.0, gt=0, description="Seconds without a packet before a camera counts as stalled and is reconnected."
     )

@@ -31,9 +31,25 @@ from __future__ import annotations
 from ray.serve.metrics import Counter, Gauge, Histogram
 
 #: Latency buckets in milliseconds: 5 ms … 10 min.
-LATENCY_MS_BUCKETS = [5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10_000, 30_000, 60_000, 120_000, 600_000]
+LATENCY_MS_BUCKETS: list[float] = [
+    5,
+    10,
+    25,
+    50,
+    100,
+    250,
+    500,
+    1000,
+    2500,
+    5000,
+    10_000,
+    30_000,
+    60_000,
+    120_000,
+    600_000,
+]
 #: Frames-per-clip buckets (the default cap is 128; the request limit 512).
-FRAME_BUCKETS = [2, 4, 8, 16, 32, 64, 128, 256, 512]
+FRAME_BUCKETS: list[float] = [2, 4, 8, 16, 32, 64, 128, 256, 512]
 
 
 class IngressMetrics:
@@ -49,10 +65,12 @@ class IngressMetrics:
             "cosmos_request_ms",
             description="Time to the response head (streams: to the first byte), ms.",
             boundaries=LATENCY_MS_BUCKETS,
-            tag_keys=("route", "status"),
+            tag_keys=("route", "status"),  # type: ignore[arg-type]  # ray types tag_keys as Tuple[str] (one key)
         )
         self.errors = Counter(
-            "cosmos_errors", description="Client-visible errors by route and error type.", tag_keys=("route", "type")
+            "cosmos_errors",
+            description="Client-visible errors by route and error type.",
+            tag_keys=("route", "type"),  # type: ignore[arg-type]  # ray types tag_keys as Tuple[str] (one key)
         )
 
     def finished(self, route: str, status: int, latency_ms: float, error_type: str | None = None) -> None:
@@ -152,7 +170,9 @@ class StreamMetrics:
 
     def __init__(self) -> None:
         self.windows = Counter(
-            "cosmos_stream_windows", description="Stream windows by outcome.", tag_keys=("stream", "outcome")
+            "cosmos_stream_windows",
+            description="Stream windows by outcome.",
+            tag_keys=("stream", "outcome"),  # type: ignore[arg-type]  # ray types tag_keys as Tuple[str] (one key)
         )
         self.reconnects = Counter("cosmos_stream_reconnects", description="Camera reconnects.", tag_keys=("stream",))
         self.fresh = Gauge(

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import dataclasses
 import math
 import time
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 
@@ -67,7 +68,7 @@ class WindowCutter(Generic[T]):
         ValueError: ``every_s < window_s`` or a non-positive parameter.
     """
 
-    def __init__(self, window_s: float, every_s: float, fps: float, convert: Callable[[object], T] = lambda f: f):
+    def __init__(self, window_s: float, every_s: float, fps: float, convert: Callable[[Any], T] = lambda f: f):
         if window_s <= 0 or fps <= 0 or every_s < window_s:
             raise ValueError("need window_s > 0, fps > 0 and every_s >= window_s")
         self.window_s, self.every_s, self.fps = window_s, every_s, fps
@@ -229,10 +230,8 @@ class EventLog:
                 async with cond:
                     cond.notify_all()
 
-            try:
+            with contextlib.suppress(RuntimeError):
                 asyncio.get_running_loop().create_task(notify())
-            except RuntimeError:
-                pass
 
     def since(self, after: int | None, stream_id: str | None = None, limit: int = 500) -> EventBatch:
         """Events with id > ``after`` (None: none of the past), optionally of one stream, oldest first."""
@@ -258,7 +257,5 @@ class EventLog:
             if batch.events or remaining <= 0:
                 return batch
             async with self._cond:
-                try:
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._cond.wait(), remaining)
-                except TimeoutError:
-                    pass

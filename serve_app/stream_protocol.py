@@ -82,13 +82,21 @@ class AlertRule(_Frozen):
 class StreamCreate(_Frozen):
     """``POST /v1/streams``: a camera to watch. Limits beyond these shapes come from ``streams.*``."""
 
-    url: str = Field(..., min_length=1, max_length=4096,
-                     description="rtsp://, http(s):// (progressive MP4/MPEG-TS/MJPEG) or a path under sources.allowed_roots.")
+    url: str = Field(
+        ...,
+        min_length=1,
+        max_length=4096,
+        description="rtsp://, http(s):// (progressive MP4/MPEG-TS/MJPEG) or a path under sources.allowed_roots.",
+    )
     name: str | None = Field(None, max_length=80, description="A label for the dashboard and logs.")
     window_s: float = Field(10.0, gt=0, description="Window length in stream seconds.")
     fps: float = Field(4.0, gt=0, description="Frames sampled per second of stream time.")
-    every_s: float | None = Field(None, gt=0, description="Seconds between window starts (default window_s; ≥ window_s).")
-    questions: list[str] = Field(..., min_length=1, description="Questions asked about every window; the first is the standing question.")
+    every_s: float | None = Field(
+        None, gt=0, description="Seconds between window starts (default window_s; ≥ window_s)."
+    )
+    questions: list[str] = Field(
+        ..., min_length=1, description="Questions asked about every window; the first is the standing question."
+    )
     max_tokens: int | None = Field(None, gt=0, description="Answer budget in tokens (default: the model's).")
     loop: bool = Field(False, description="Files: replay in real time, from the start again at the end.")
     alert: AlertRule | None = Field(None, description="When an answer raises an alert.")

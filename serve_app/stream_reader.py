@@ -104,7 +104,10 @@ def sniff_http_format(url: str, host_header: str, connect_timeout_s: float, read
     timeout = httpx.Timeout(read_timeout_s, connect=connect_timeout_s)
     with httpx.stream("GET", url, headers={"host": host_header}, timeout=timeout, follow_redirects=False) as r:
         if 300 <= r.status_code < 400:
-            raise UnsupportedMediaError("the camera URL redirects; give the final URL (redirects are not followed for live streams)", param="url")
+            raise UnsupportedMediaError(
+                "the camera URL redirects; give the final URL (redirects are not followed for live streams)",
+                param="url",
+            )
         if r.status_code >= 400:
             raise UnprocessableClipError(f"the camera URL answered HTTP {r.status_code}", param="url")
         ctype = r.headers.get("content-type", "").lower()
@@ -130,7 +133,9 @@ def sniff_http_format(url: str, host_header: str, connect_timeout_s: float, read
     raise UnsupportedMediaError("the camera URL is not progressive MP4, MPEG-TS or MJPEG over HTTP", param="url")
 
 
-def window_clip(window: Window, fps: float, source: tuple[int, int], source_fps: float | None, decode_ms: float) -> DecodedClip:
+def window_clip(
+    window: Window, fps: float, source: tuple[int, int], source_fps: float | None, decode_ms: float
+) -> DecodedClip:
     """The window's frames as a :class:`DecodedClip` (padded to an even count; times from the window start)."""
     n = len(window.frames)
     frames = np.stack(window.frames + [window.frames[-1]] * (even_frame_count(n) - n))
@@ -249,10 +254,16 @@ class CameraReader:
             if url.startswith(("rtsp:", "http:", "https:")):
                 checked = check_url(url, cfg.sources)
                 if checked.scheme == "rtsp":
-                    opts = {"rtsp_transport": "tcp", "timeout": str(int(s.read_timeout_s * 1e6)), "analyzeduration": "1000000"}
+                    opts = {
+                        "rtsp_transport": "tcp",
+                        "timeout": str(int(s.read_timeout_s * 1e6)),
+                        "analyzeduration": "1000000",
+                    }
                     return av.open(checked.with_address(checked.addresses[0]), options=opts, timeout=timeout)
                 target = checked.with_address(checked.addresses[0]) if checked.scheme == "http" else url
-                fmt = sniff_http_format(target, checked.host_header, cfg.sources.url_connect_timeout_s, s.read_timeout_s)
+                fmt = sniff_http_format(
+                    target, checked.host_header, cfg.sources.url_connect_timeout_s, s.read_timeout_s
+                )
                 opts = {"rw_timeout": str(int(s.read_timeout_s * 1e6))}
                 if checked.scheme == "http":
                     opts["headers"] = f"Host: {checked.host_header}\r\n"
@@ -284,11 +295,12 @@ class CameraReader:
             paced = not self.spec.url.startswith("rtsp:")
             # A new connection continues stream time where the last one stopped (plus the wall-clock gap).
             if self._last_wall:
-                self._offset_s = self._last_t + max(1e-3, time.time() - self._last_wall if not is_file else 1 / (rate or 25))
+                self._offset_s = self._last_t + max(
+                    1e-3, time.time() - self._last_wall if not is_file else 1 / (rate or 25)
+                )
             wall0 = time.monotonic()
             first_pts = None
-            n = 0
-            for frame in container.decode(stream):
+            for n, frame in enumerate(container.decode(stream)):
                 if self._stop.is_set():
                     return got
                 ts = frame.pts if frame.pts is not None else frame.dts
@@ -297,7 +309,6 @@ class CameraReader:
                 else:
                     first_pts = ts if first_pts is None else first_pts
                     ts_s = (ts - first_pts) * tb
-                n += 1
                 if paced:  # real-time pacing: show each frame at its presentation time
                     delay = wall0 + ts_s - time.monotonic()
                     if delay > 0 and self._stop.wait(delay):

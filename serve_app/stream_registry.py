@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 import time
 import uuid
@@ -155,7 +156,9 @@ class StreamRegistry:
         self.loop = asyncio.get_running_loop()
         st = _Stream(sid, spec, created, self.config.streams.pending_windows)
         self.streams[sid] = st
-        self._event(StateEvent(id=self.events.next_id(), stream_id=sid, time=time.time(), state="connecting", previous=None))
+        self._event(
+            StateEvent(id=self.events.next_id(), stream_id=sid, time=time.time(), state="connecting", previous=None)
+        )
         loop = self.loop
 
         def on_window(w: ReadyWindow) -> None:
@@ -181,17 +184,17 @@ class StreamRegistry:
         del self.streams[sid]
         self.store.remove(sid)
         await self._stop(st)
-        self._event(StateEvent(id=self.events.next_id(), stream_id=sid, time=time.time(), state="deleted", previous=st.state))
+        self._event(
+            StateEvent(id=self.events.next_id(), stream_id=sid, time=time.time(), state="deleted", previous=st.state)
+        )
 
     async def _stop(self, st: _Stream) -> None:
         if st.reader is not None:
             st.reader.stop()
         if st.task is not None:
             st.task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError, Exception):  # stopping: how it ended no longer matters
                 await st.task
-            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - stopping
-                pass
         if st.reader is not None:
             await asyncio.to_thread(st.reader.join, 10.0)
 
@@ -267,7 +270,11 @@ class StreamRegistry:
             return
         prev, st.state = st.state, state
         if state != prev or error:
-            self._event(StateEvent(id=self.events.next_id(), stream_id=st.id, time=time.time(), state=state, previous=prev, error=error))
+            self._event(
+                StateEvent(
+                    id=self.events.next_id(), stream_id=st.id, time=time.time(), state=state, previous=prev, error=error
+                )
+            )
 
     def _window(self, st: _Stream, w: ReadyWindow) -> None:
         if st.id not in self.streams:
@@ -291,7 +298,7 @@ class StreamRegistry:
                 await self._answer(st, w)
             except asyncio.CancelledError:
                 raise
-            except Exception:  # noqa: BLE001 - one window's failure never stops the stream
+            except Exception:
                 logger.exception("stream %s: window %d failed", st.id, w.window.index)
                 self._drop(st, "model_error")
 
@@ -320,6 +327,7 @@ class StreamRegistry:
                 self._drop(st, "model_busy" if info.status == 503 else "model_error")
                 st.last_error = f"model: {info.message}"
                 return
+            assert done is not None  # _collect returns a ClipInfo only with its Done
             now = time.time()
             parts = split_reasoning(text)
             answer = parts.answer if parts.answer is not None else text
@@ -332,7 +340,12 @@ class StreamRegistry:
                 window_index=win.index,
                 question_index=qi,
                 question=question,
-                window=WindowTimes(start_s=round(win.start_s, 3), end_s=round(win.end_s, 3), wall_start=win.wall_start, wall_end=win.wall_end),
+                window=WindowTimes(
+                    start_s=round(win.start_s, 3),
+                    end_s=round(win.end_s, 3),
+                    wall_start=win.wall_start,
+                    wall_end=win.wall_end,
+                ),
                 frames=len(win.times_s),
                 answer=answer,
                 reasoning=parts.reasoning,
@@ -345,7 +358,11 @@ class StreamRegistry:
                     latency_ms=round(latency_ms, 1),
                     freshness_s=round(fresh_s, 3),
                 ),
-                usage=AnswerUsage(prompt_tokens=done.prompt_tokens, completion_tokens=done.completion_tokens, video_tokens=info.video_tokens),
+                usage=AnswerUsage(
+                    prompt_tokens=done.prompt_tokens,
+                    completion_tokens=done.completion_tokens,
+                    video_tokens=info.video_tokens,
+                ),
                 model=info.model,
                 random_weights=info.random_weights,
                 note=RANDOM_WEIGHTS_NOTE if info.random_weights else parts.note(),
@@ -357,13 +374,29 @@ class StreamRegistry:
                 st.latency_ms.add(latency_ms)
                 st.freshness_s.add(fresh_s)
                 self.metrics.freshness(st.id, fresh_s)
-                st.last_answer = LastAnswer(event_id=ev.id, window_index=win.index, answer=answer, reasoning=parts.reasoning, answered_at=now, random_weights=info.random_weights)
+                st.last_answer = LastAnswer(
+                    event_id=ev.id,
+                    window_index=win.index,
+                    answer=answer,
+                    reasoning=parts.reasoning,
+                    answered_at=now,
+                    random_weights=info.random_weights,
+                )
                 await asyncio.to_thread(self.store.add_answer, st.id, ev.id, ev.model_dump_json(), w.thumbnail)
                 if spec.alert is not None:
                     hits = spec.alert.matches(answer)
                     if hits:
                         st.alerts += 1
-                        alert = AlertEvent(id=self.events.next_id(), stream_id=st.id, time=now, window_index=win.index, answer_event_id=ev.id, matched=hits, answer=answer, random_weights=info.random_weights)
+                        alert = AlertEvent(
+                            id=self.events.next_id(),
+                            stream_id=st.id,
+                            time=now,
+                            window_index=win.index,
+                            answer_event_id=ev.id,
+                            matched=hits,
+                            answer=answer,
+                            random_weights=info.random_weights,
+                        )
                         self._event(alert)
                         if spec.webhook and self.webhooks is not None:
                             self.webhooks.send(spec.webhook, alert)

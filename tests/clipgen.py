@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 import av
 import numpy as np
 
-from serve_app.testing.fake_camera import CODE_BITS, coded_frame  # noqa: F401 - re-exported
+from serve_app.testing.fake_camera import CODE_BITS, coded_frame
 
 
 def read_code(img: np.ndarray) -> int:

@@ -28,6 +28,7 @@ import argparse
 import asyncio
 import logging
 import sys
+from typing import Any
 import time
 from collections.abc import Sequence
 
@@ -43,7 +44,13 @@ from serve_app.testing.local_serve import CLIP
 
 logger = logging.getLogger(__name__)
 
-FIELDS = {"question": "Is anyone in danger?", "start_s": 5, "end_s": 15, "max_tokens": 16, "ignore_eos": "true"}
+FIELDS: dict[str, Any] = {
+    "question": "Is anyone in danger?",
+    "start_s": 5,
+    "end_s": 15,
+    "max_tokens": 16,
+    "ignore_eos": "true",
+}
 GOAL_RSS_GROWTH_PCT = 5.0
 #: Client timeout per request (s).
 TIMEOUT_S = 300

@@ -35,11 +35,17 @@ from loadtest.streams import EventReader
 from serve_app.bench.result import machine, write_result
 from serve_app.config import load_serve_config
 from serve_app.testing import local_serve
+from serve_app.testing import replicas
 from serve_app.testing.replicas import serve_rss_bytes
 
 logger = logging.getLogger(__name__)
 
-CLIPS = ["intel_car-detection.mp4", "intel_bottle-detection.mp4", "vtest_h264_bframes.mp4", "bgslibrary_video02_highway_cctv.avi"]
+CLIPS = [
+    "intel_car-detection.mp4",
+    "intel_bottle-detection.mp4",
+    "vtest_h264_bframes.mp4",
+    "bgslibrary_video02_highway_cctv.avi",
+]
 APP = "streams-bench"
 GOAL_RSS_GROWTH_PCT = 5.0
 
@@ -70,12 +76,22 @@ def per_stream(answers: list[dict], ids: list[str], t0: float, t1: float) -> dic
 
 
 def soak(args) -> int:
-    header = {"bench": "streams-soak", "command": "python -m serve_app.bench.soak --streams " + " ".join(args.argv[1:]),
-              "machine": machine(), "config": args.config,
-              "scenario": {"cameras": args.cameras, "window_s": args.window_s, "fps": args.fps,
-                           "duration_min": args.duration_min, "warmup_min": args.warmup_min, "max_tokens": args.max_tokens,
-                           "clips": CLIPS[: args.cameras]},
-              "note": "tiny random-weight model on CPU: answers are meaningless text; the pipeline is real"}
+    header = {
+        "bench": "streams-soak",
+        "command": "python -m serve_app.bench.soak --streams " + " ".join(args.argv[1:]),
+        "machine": machine(),
+        "config": args.config,
+        "scenario": {
+            "cameras": args.cameras,
+            "window_s": args.window_s,
+            "fps": args.fps,
+            "duration_min": args.duration_min,
+            "warmup_min": args.warmup_min,
+            "max_tokens": args.max_tokens,
+            "clips": CLIPS[: args.cameras],
+        },
+        "note": "tiny random-weight model on CPU: answers are meaningless text; the pipeline is real",
+    }
     with tempfile.TemporaryDirectory() as db:
         base = local_serve.start(args.port, object_store_mb=1024)
         try:
@@ -151,8 +167,18 @@ def faults(args) -> int:
         try:
             local_serve.deploy(APP, "/", stream_app_args(args.config, db, read_timeout_s=2.0,
                                                           reconnect_initial_s=0.5, reconnect_max_s=2.0))
-            r = httpx.post(f"{base}/v1/streams", json={"url": cam.url, "name": "door", "window_s": args.window_s,
-                                                        "fps": args.fps, "questions": ["anyone?"], "max_tokens": 8}, timeout=60)
+            r = httpx.post(
+                f"{base}/v1/streams",
+                json={
+                    "url": cam.url,
+                    "name": "door",
+                    "window_s": args.window_s,
+                    "fps": args.fps,
+                    "questions": ["anyone?"],
+                    "max_tokens": 8,
+                },
+                timeout=60,
+            )
             r.raise_for_status()
             sid = r.json()["id"]
 
@@ -181,17 +207,20 @@ def faults(args) -> int:
                 if s:
                     seen.add(s["state"])
                 time.sleep(0.5)
-            before = status()["windows_answered"]
+            after_pause = status()
+            if after_pause is None:
+                raise RuntimeError(f"stream {sid} vanished during the pause")
+            before = after_pause["windows_answered"]
             cam.resume()
             out["pause"] = {"states_seen_while_paused": sorted(seen),
                             "resume_to_next_answer_s": _round(wait_answers(before, 300))}
-            name = local_serve.replica_actor_names(APP, "StreamWorker")[0]
+            name = replicas.replica_actor_names(APP, "StreamWorker")[0]
             t_kill = time.monotonic()
-            local_serve.kill_replica(name)
+            replicas.kill_replica(name)
             resumed = None
             while time.monotonic() - t_kill < 600:
                 s = status()
-                if s and s["windows_answered"] >= 1 and local_serve.replica_actor_names(APP, "StreamWorker") != [name]:
+                if s and s["windows_answered"] >= 1 and replicas.replica_actor_names(APP, "StreamWorker") != [name]:
                     resumed = time.monotonic() - t_kill
                     break
                 time.sleep(0.2)

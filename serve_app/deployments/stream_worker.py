@@ -12,11 +12,13 @@ every method returns a pydantic model or an :class:`~serve_app.errors.ErrorInfo`
 
 from __future__ import annotations
 
+import builtins
 import logging
 from collections.abc import AsyncIterator
+from typing import Any
 
 from ray import serve
-from ray.serve.handle import DeploymentHandle
+from ray.serve.handle import DeploymentHandle, DeploymentResponseGenerator
 
 from serve_app.config import AppConfig
 from serve_app.errors import ErrorInfo, ServeAppError
@@ -39,7 +41,7 @@ class StreamWorker:
         model: handle of :class:`serve_app.deployments.model.VideoModel`.
     """
 
-    async def __init__(self, config: dict, model: DeploymentHandle):
+    async def __init__(self, config: dict[str, Any], model: DeploymentHandle) -> None:  # type: ignore[misc]  # Serve awaits async constructors
         self.config = AppConfig.model_validate(config)
         self.model = model
         self.store = StreamStore(self.config.streams.db_path, keep=self.config.streams.answer_history)
@@ -50,6 +52,7 @@ class StreamWorker:
 
     async def _ask(self, question: ClipQuestion, clip: DecodedClip) -> AsyncIterator[ModelChunk]:
         stream = self.model.options(stream=True).generate.remote(question, clip)
+        assert isinstance(stream, DeploymentResponseGenerator)  # options(stream=True)
         try:
             async for chunk in stream:
                 yield chunk
@@ -95,7 +98,7 @@ class StreamWorker:
             return ErrorInfo(404, "not_found", "no stream with this id (see GET /v1/streams)", "id")
         return self.store.thumbnail(stream_id)
 
-    async def answers(self, stream_id: str, limit: int) -> list[dict] | ErrorInfo:
+    async def answers(self, stream_id: str, limit: int) -> builtins.list[dict[str, Any]] | ErrorInfo:
         """The stored answer history (newest first, at most ``streams.answer_history``)."""
         if stream_id not in self.registry.streams:
             return ErrorInfo(404, "not_found", "no stream with this id (see GET /v1/streams)", "id")

@@ -21,8 +21,13 @@ from serve_app.serving.request_id import request_id_of
 logger = logging.getLogger("ray.serve")
 
 
-async def http_exception(request: Request, exc: HTTPException) -> Response:
-    """Starlette's 404 (no route), 405 (wrong method, with ``Allow``) and others, in the error shape."""
+async def http_exception(request: Request, exc: Exception) -> Response:
+    """Starlette's 404 (no route), 405 (wrong method, with ``Allow``) and others, in the error shape.
+
+    Registered for :class:`HTTPException` (Starlette's handler type takes any exception).
+    """
+    if not isinstance(exc, HTTPException):
+        raise exc
     if exc.status_code == 404:
         return error_response(NotFoundError(f"no route {request.method} {request.url.path}"))
     response = error_response(ErrorInfo(exc.status_code, "invalid_request_error", str(exc.detail)))

@@ -16,7 +16,9 @@ webhook URLs through the same checks as clip sources (:mod:`serve_app.sources`).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+from collections.abc import AsyncIterator
 from importlib import resources
 from typing import Any
 
@@ -39,7 +41,7 @@ from serve_app.serving.context import (
     json_response,
 )
 from serve_app.sources import check_url, resolve_local_path
-from serve_app.stream_protocol import EventBatch, StreamCreate
+from serve_app.stream_protocol import EventBatch, StreamCreate, StreamEvent
 
 logger = logging.getLogger("ray.serve")
 
@@ -74,23 +76,34 @@ def validate_stream(body: dict[str, Any], config: AppConfig) -> StreamCreate:
         raise validation_error(e) from None
     s, lim = config.streams, config.limits
     if spec.window_s > s.max_window_s:
-        raise InvalidRequestError(f"window_s is {spec.window_s:g}; the limit is {s.max_window_s:g} s (streams.max_window_s)", param="window_s")
+        raise InvalidRequestError(
+            f"window_s is {spec.window_s:g}; the limit is {s.max_window_s:g} s (streams.max_window_s)", param="window_s"
+        )
     if spec.fps > s.max_fps:
         raise InvalidRequestError(f"fps is {spec.fps:g}; the limit is {s.max_fps:g} (streams.max_fps)", param="fps")
     if spec.every_s is not None and spec.every_s < spec.window_s:
         raise InvalidRequestError("every_s must be at least window_s (windows do not overlap)", param="every_s")
     if spec.window_s * spec.fps > lim.max_frames:
         raise InvalidRequestError(
-            f"window_s × fps = {spec.window_s * spec.fps:g} frames; the limit is {lim.max_frames} (limits.max_frames)", param="fps"
+            f"window_s × fps = {spec.window_s * spec.fps:g} frames; the limit is {lim.max_frames} (limits.max_frames)",
+            param="fps",
         )
     if spec.window_s * spec.fps < 1:
         raise InvalidRequestError("window_s × fps must give at least one frame per window", param="fps")
     if len(spec.questions) > s.max_questions:
-        raise InvalidRequestError(f"{len(spec.questions)} questions; the limit is {s.max_questions} (streams.max_questions)", param="questions")
+        raise InvalidRequestError(
+            f"{len(spec.questions)} questions; the limit is {s.max_questions} (streams.max_questions)",
+            param="questions",
+        )
     if any(len(q) > lim.max_question_chars for q in spec.questions):
-        raise PayloadTooLargeError(f"a question is longer than {lim.max_question_chars} characters (limits.max_question_chars)", param="questions")
+        raise PayloadTooLargeError(
+            f"a question is longer than {lim.max_question_chars} characters (limits.max_question_chars)",
+            param="questions",
+        )
     if spec.max_tokens is not None and spec.max_tokens > lim.max_tokens:
-        raise InvalidRequestError(f"max_tokens is {spec.max_tokens}; the limit is {lim.max_tokens} (limits.max_tokens)", param="max_tokens")
+        raise InvalidRequestError(
+            f"max_tokens is {spec.max_tokens}; the limit is {lim.max_tokens} (limits.max_tokens)", param="max_tokens"
+        )
     try:
         if "://" in spec.url:
             check_url(spec.url, config.sources)
@@ -115,7 +128,7 @@ def _value(result: Any) -> Any:
     return result
 
 
-def sse_frame(event) -> bytes:
+def sse_frame(event: StreamEvent) -> bytes:
     """One event as ``id:``, ``event:`` and ``data:`` lines."""
     return f"id: {event.id}\nevent: {event.type}\ndata: {event.model_dump_json()}\n\n".encode()
 
@@ -187,7 +200,9 @@ class StreamsServing:
             try:
                 after = int(raw) if raw not in (None, "") else None
             except ValueError:
-                raise InvalidRequestError("Last-Event-ID must be an event id (an integer)", param="Last-Event-ID") from None
+                raise InvalidRequestError(
+                    "Last-Event-ID must be an event id (an integer)", param="Last-Event-ID"
+                ) from None
             cap = self.config.streams.max_subscribers
             if self.subscribers >= cap:
                 raise OverloadedError(
@@ -202,7 +217,7 @@ class StreamsServing:
 
         return await self.runner.run(request, route, handle)
 
-    async def _events(self, batch: EventBatch, stream_id: str | None):
+    async def _events(self, batch: EventBatch, stream_id: str | None) -> AsyncIterator[bytes]:
         try:
             last = batch.last_id
             yield b": stream of events; reconnect with Last-Event-ID to resume\n\n"
@@ -219,10 +234,14 @@ class StreamsServing:
                     result = await self.worker.events.remote(last, stream_id, POLL_S)
                 except Exception as e:  # noqa: BLE001 - the worker replica died or is being replaced
                     logger.info("event stream ended: stream worker unavailable (%s)", type(e).__name__)
-                    yield b"event: error\ndata: {\"error\": {\"type\": \"overloaded\", \"message\": \"the stream worker is restarting; reconnect with Last-Event-ID\", \"param\": null}}\n\n"
+                    yield (
+                        b'event: error\ndata: {"error": {"type": "overloaded", "message": '
+                        b'"the stream worker is restarting; reconnect with Last-Event-ID", "param": null}}\n\n'
+                    )
                     return
                 if isinstance(result, ErrorInfo):  # the stream was deleted
-                    yield f"event: error\ndata: {{\"error\": {{\"type\": \"{result.type}\", \"message\": \"stream gone\", \"param\": null}}}}\n\n".encode()
+                    gone = {"error": {"type": result.type, "message": "stream gone", "param": None}}
+                    yield f"event: error\ndata: {json.dumps(gone)}\n\n".encode()
                     return
                 batch = result
         finally:

@@ -22,6 +22,7 @@ Loopback only: the server binds ``host``, ``"127.0.0.1"`` (default) or ``"::1"``
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import struct
 import threading
@@ -158,7 +159,7 @@ class FakeCamera:
         self._socks: list[socket.socket] = []
         self._thread = threading.Thread(target=self._accept, daemon=True)
 
-    def __enter__(self) -> "FakeCamera":
+    def __enter__(self) -> FakeCamera:
         self._thread.start()
         return self
 
@@ -171,10 +172,8 @@ class FakeCamera:
         self._running.set()
         self._server.close()
         for s in self._socks:
-            try:
+            with contextlib.suppress(OSError):
                 s.close()
-            except OSError:
-                pass
 
     def pause(self) -> None:
         """Stops sending (connections stay open; new ones get no answer) until :meth:`resume`."""
@@ -257,7 +256,7 @@ class FakeCamera:
     def _packets(self):
         """``(stream time s, packet)`` over the clip, forever when looping."""
         seq, passes = 0, 0
-        period = int(round(self.seconds * self.fps)) * RTP_CLOCK // self.fps
+        period = round(self.seconds * self.fps) * RTP_CLOCK // self.fps
         while True:
             n = 0
             for t, packet in rtp_packets(self.units, seq0=seq, ts_offset=passes * period):

@@ -66,8 +66,8 @@ def test_dashboard_asks_for_the_key_once_and_keeps_it_out_of_urls(faults_app, da
     assert httpx.get(f"{faults_app}/dashboard", timeout=30).status_code == 200  # the page itself holds no data
     key = os.environ[TEST_API_KEY_ENV]
     with FakeCamera(seconds=2.0, fps=10, realtime=True, loop=True) as cam:
-        sid = httpx.post(f"{faults_app}/v1/streams", headers=auth(), timeout=30, json={
-            "url": cam.url, "name": "gate", "window_s": 1, "fps": 2, "questions": ["anyone?"]}).json()["id"]  # fmt: skip
+        body = {"url": cam.url, "name": "gate", "window_s": 1, "fps": 2, "questions": ["anyone?"]}
+        sid = httpx.post(f"{faults_app}/v1/streams", headers=auth(), timeout=30, json=body).json()["id"]
         try:
             with sync_playwright() as p:
                 browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])

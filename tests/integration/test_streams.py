@@ -79,7 +79,9 @@ def test_per_stream_prometheus_metrics(cpu_app, cameras, metrics_url):
         if all(f'stream="{sid}"' in text for sid in cameras) and "cosmos_stream_freshness_s" in text:
             break
         time.sleep(2)
-    lines = [ln for ln in text.splitlines() if ln.startswith("ray_cosmos_stream_windows") and 'outcome="answered"' in ln]
+    lines = [
+        ln for ln in text.splitlines() if ln.startswith("ray_cosmos_stream_windows") and 'outcome="answered"' in ln
+    ]
     assert {sid for sid in cameras if any(f'stream="{sid}"' in ln for ln in lines)} == set(cameras)
     assert any(ln.startswith("ray_cosmos_stream_freshness_s") for ln in text.splitlines())
 
@@ -117,7 +119,9 @@ def test_four_cameras_answered_with_status_and_events(cpu_app, cameras):
     assert ans["frames"] >= 1
 
     thumb = httpx.get(f"{cpu_app}/v1/streams/{cameras[0]}/thumbnail", timeout=30)
-    assert thumb.status_code == 200 and thumb.headers["content-type"] == "image/jpeg" and thumb.content[:2] == b"\xff\xd8"
+    assert (
+        thumb.status_code == 200 and thumb.headers["content-type"] == "image/jpeg" and thumb.content[:2] == b"\xff\xd8"
+    )
     hist = httpx.get(f"{cpu_app}/v1/streams/{cameras[0]}/answers", timeout=30).json()["data"]
     assert hist and hist[0]["stream_id"] == cameras[0]
 
@@ -179,7 +183,7 @@ def test_dashboard_in_headless_chromium(cpu_app, cameras, tmp_path):
                 page.wait_for_selector(f'section.cam[data-stream="{sid}"] img[src^="blob:"]', timeout=120_000)
             cards = page.locator("section.cam")
             assert cards.count() >= 4
-            for sid, i in zip(cameras, range(4)):
+            for sid, i in zip(cameras, range(4), strict=False):
                 card = page.locator(f'section.cam[data-stream="{sid}"]')
                 assert card.locator(".name").inner_text() == f"cam{i}"
                 assert card.locator(".state").inner_text() in ("running", "reconnecting")

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.unit
 
 def feed(cutter: WindowCutter, fps: float, seconds: float):
     out = []
-    n = int(round(seconds * fps))
+    n = round(seconds * fps)
     for i in range(n):
         out += cutter.push(i / fps, i, wall=1000.0 + i / fps)
     return out
@@ -28,7 +28,9 @@ def test_windows_back_to_back_sampled_at_fps():
     assert [w.index for w in windows] == [0, 1, 2]
     for w in windows:
         assert len(w.frames) == 4  # 2 s at 2 fps
-        assert w.times_s == pytest.approx([w.start_s + k * 0.5 for k in range(4)], abs=0.051)  # within 0.1/fps, never later than a frame
+        assert w.times_s == pytest.approx(
+            [w.start_s + k * 0.5 for k in range(4)], abs=0.051
+        )  # within 0.1/fps, never later than a frame
         assert all(w.start_s - 0.051 <= t < w.end_s for t in w.times_s)
     # the window closes when the first frame past its end arrives
     assert windows[0].wall_end == pytest.approx(1002.0, abs=1 / 30)
@@ -118,7 +120,9 @@ def test_alert_rule_is_linear_on_adversarial_input():
     assert rule.matches(("a" * 59 + " ") * 20_000) == []  # a backtracking regex would take ages
 
 
-@pytest.mark.parametrize("bad", [{"keywords": ["!!!"]}, {"keywords": ["x" * 65]}, {"keywords": ["k"] * 17}, {"kind": "regex"}])
+@pytest.mark.parametrize(
+    "bad", [{"keywords": ["!!!"]}, {"keywords": ["x" * 65]}, {"keywords": ["k"] * 17}, {"kind": "regex"}]
+)
 def test_alert_rule_rejects(bad):
     with pytest.raises(ValidationError):
         AlertRule.model_validate(bad)
@@ -127,8 +131,12 @@ def test_alert_rule_rejects(bad):
 def test_stream_create_defaults_and_limits():
     s = StreamCreate(url="rtsp://cam/1", questions=["what happens?"])
     assert (s.window_s, s.fps, s.every_s, s.loop) == (10.0, 4.0, None, False)
-    for bad in ({"url": "x", "questions": []}, {"url": "x", "questions": [" "]}, {"url": "x", "questions": ["q"], "window_s": 0},
-                {"url": "x", "questions": ["q"], "bogus": 1}):
+    for bad in (
+        {"url": "x", "questions": []},
+        {"url": "x", "questions": [" "]},
+        {"url": "x", "questions": ["q"], "window_s": 0},
+        {"url": "x", "questions": ["q"], "bogus": 1},
+    ):
         with pytest.raises(ValidationError):
             StreamCreate.model_validate(bad)
 

@@ -38,7 +38,10 @@ class FakeWorker:
         async def events(after, stream_id, timeout_s):
             self.calls.append((after, stream_id, timeout_s))
             if after is not None and after < 11:
-                return EventBatch(events=[StateEvent(id=11, stream_id="s", time=1.0, state="running", previous="connecting")], last_id=11)
+                return EventBatch(
+                    events=[StateEvent(id=11, stream_id="s", time=1.0, state="running", previous="connecting")],
+                    last_id=11,
+                )
             await asyncio.sleep(min(timeout_s, 0.01))
             return EventBatch(events=[], last_id=11)
 
@@ -92,11 +95,16 @@ def test_bad_last_event_id_is_400():
 
 @pytest.mark.parametrize(
     "body, param",
-    [({"url": "rtsp://192.0.2.10/x", "questions": ["q"], "window_s": 30, "fps": 8}, "fps"),  # 240 frames > limits.max_frames (200)
-     ({"url": "rtsp://192.0.2.10/x", "questions": ["q"] * 9}, "questions"),
-     ({"url": "rtsp://192.0.2.10/x", "questions": ["q"], "max_tokens": 10**6}, "max_tokens"),
-     ({"url": "rtsp://192.0.2.10/x", "questions": ["q"], "webhook": "ftp://x/y"}, "webhook"),
-     ({"url": "rtsp://192.0.2.10/x", "questions": ["q"], "window_s": 0.1, "fps": 1}, "fps")],
+    [
+        (
+            {"url": "rtsp://192.0.2.10/x", "questions": ["q"], "window_s": 30, "fps": 8},
+            "fps",
+        ),  # 240 frames > limits.max_frames (200)
+        ({"url": "rtsp://192.0.2.10/x", "questions": ["q"] * 9}, "questions"),
+        ({"url": "rtsp://192.0.2.10/x", "questions": ["q"], "max_tokens": 10**6}, "max_tokens"),
+        ({"url": "rtsp://192.0.2.10/x", "questions": ["q"], "webhook": "ftp://x/y"}, "webhook"),
+        ({"url": "rtsp://192.0.2.10/x", "questions": ["q"], "window_s": 0.1, "fps": 1}, "fps"),
+    ],
 )
 def test_validate_stream_limits(body, param):
     # 192.0.2.10 (TEST-NET-1, a literal: no DNS, no traffic) is allowed as a camera via allowed_networks
