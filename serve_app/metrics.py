@@ -32,21 +32,8 @@ from ray.serve.metrics import Counter, Gauge, Histogram
 
 #: Latency buckets in milliseconds: 5 ms … 10 min.
 LATENCY_MS_BUCKETS: list[float] = [
-    5,
-    10,
-    25,
-    50,
-    100,
-    250,
-    500,
-    1000,
-    2500,
-    5000,
-    10_000,
-    30_000,
-    60_000,
-    120_000,
-    600_000,
+    5, 10, 25, 50, 100, 250, 500, 1000,
+    2500, 5000, 10_000, 30_000, 60_000, 120_000, 600_000,
 ]
 #: Frames-per-clip buckets (the default cap is 128; the request limit 512).
 FRAME_BUCKETS: list[float] = [2, 4, 8, 16, 32, 64, 128, 256, 512]
