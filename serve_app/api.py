@@ -25,7 +25,7 @@ from serve_app.config import AppConfig
 from serve_app.guards import has_control_chars
 from serve_app.prompt import check_user_text
 from serve_app.errors import ClientClosedRequestError, InvalidRequestError, PayloadTooLargeError, UnsupportedMediaError
-from serve_app.protocol import ClipInfo, ClipSource, Done, SampleRequest, SamplingOptions, VideoInfo
+from serve_app.protocol import ClipInfo, ClipSource, Done, FrameSampling, SamplingOptions, VideoInfo
 from serve_app.reasoning import split_reasoning
 
 #: Multipart overhead allowed on top of the upload limit (boundaries, other fields), in bytes.
@@ -307,9 +307,9 @@ async def parse_query(request: Request, config: AppConfig) -> tuple[QueryRequest
     )
 
 
-def sample_request(q: ClipQueryFields, config: AppConfig) -> SampleRequest:
+def frame_sampling_for(q: ClipQueryFields, config: AppConfig) -> FrameSampling:
     """The decoder's sampling settings for a query (config defaults filled in)."""
-    return SampleRequest(
+    return FrameSampling(
         fps=q.fps or config.decode.fps,
         max_frames=q.max_frames or config.decode.max_frames,
         start_s=q.start_s,

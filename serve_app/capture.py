@@ -27,7 +27,7 @@ import av
 
 from serve_app.config import DecodeConfig, LimitsConfig, SourcesConfig
 from serve_app.container import check_frame_limits, configure_decoder, video_stream
-from serve_app.decoder import DecodedClip, SampleRequest
+from serve_app.decoder import DecodedClip, FrameSampling
 from serve_app.errors import (
     ForbiddenSourceError,
     PayloadTooLargeError,
@@ -37,7 +37,7 @@ from serve_app.errors import (
 )
 from serve_app.frames import FrameStore
 from serve_app.rtsp_relay import RtspRelay
-from serve_app.sampling import FrameSelector, plan_grid
+from serve_app.frame_sampling import FrameSelector, plan_grid
 from serve_app.sources import check_url
 
 logger = logging.getLogger(__name__)
@@ -90,7 +90,7 @@ def _open(url: str, host: str, sources: SourcesConfig, relay: RtspRelay) -> av.c
 
 def capture_rtsp(
     url: str,
-    request: SampleRequest,
+    request: FrameSampling,
     decode: DecodeConfig,
     limits: LimitsConfig,
     sources: SourcesConfig,

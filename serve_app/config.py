@@ -25,7 +25,7 @@ from serve_app.model_facts import (
     COSMOS_TOTAL_PIXELS,
     VIDEO_MIN_PIXELS,
 )
-from serve_app.model_facts import PIXEL_FACTOR as PIXEL_FACTOR  # re-exported: serve_app.sampling imports it here
+from serve_app.model_facts import PIXEL_FACTOR as PIXEL_FACTOR  # re-exported: serve_app.frame_sampling imports it here
 
 
 #: A URL scheme a ``video_url`` may use.

@@ -16,7 +16,7 @@ import av
 
 from serve_app.config import DecodeConfig, LimitsConfig
 from serve_app.errors import NotFoundError, PayloadTooLargeError, UnprocessableClipError, UnsupportedMediaError
-from serve_app.sampling import smart_resize
+from serve_app.frame_sampling import smart_resize
 
 #: Container formats cameras and phones write (FFmpeg demuxer names). Others
 #: (e.g. ``tty``, which "decodes" any text file as ANSI art) are refused.

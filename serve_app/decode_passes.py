@@ -23,7 +23,7 @@ from serve_app.config import DecodeConfig, LimitsConfig
 from serve_app.container import check_frame_limits
 from serve_app.errors import PayloadTooLargeError, UpstreamTimeoutError
 from serve_app.frames import FrameStore
-from serve_app.sampling import FrameSelector, SamplingGrid
+from serve_app.frame_sampling import FrameSelector, FrameGrid
 from serve_app.timeline import DISCONTINUITY_S, Timeline
 
 #: Containers whose raw elementary streams know no rate (FFmpeg assumes 25 fps); the bitstream's may.
@@ -55,7 +55,7 @@ def demux(
     """Reads every video packet (to the window's end plus a post-roll) without decoding.
 
     Args:
-        request: a :class:`serve_app.decoder.SampleRequest` (fps, window in seconds).
+        request: a :class:`serve_app.decoder.FrameSampling` (fps, window in seconds).
         index_timed: time packets by their number (the container's timestamps are not trusted).
         deadline: ``time.perf_counter()`` value past which reading is a 504.
 
@@ -203,7 +203,7 @@ def decode_planned(
 
 
 def decode_plain(
-    stream, idx: PacketIndex, timeline: Timeline, grid: SamplingGrid, rate: float, store: FrameStore,
+    stream, idx: PacketIndex, timeline: Timeline, grid: FrameGrid, rate: float, store: FrameStore,
     deadline: float, decode: DecodeConfig, limits: LimitsConfig,
 ) -> Decoded:  # fmt: skip
     """The plain path: decodes every kept packet, as a player does, past errors; picks the frame nearest

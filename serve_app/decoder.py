@@ -14,7 +14,7 @@
    (:mod:`serve_app.bitstream`), the clip's end, and the packets of the
    requested window, kept in memory.
 3. **Plan**: the sampling grid and, per target, the frame to keep
-   (:func:`serve_app.sampling.plan_picks`, reference frames preferred).
+   (:func:`serve_app.frame_sampling.plan_picks`, reference frames preferred).
 4. **Fast decode** over the kept packets: a non-reference picture that is not
    kept is never sent to the decoder (H.264/HEVC), or is skipped by FFmpeg
    (``skip_frame=NONREF`` for that packet, other codecs); decoding stops
@@ -33,7 +33,7 @@
 AVI and raw elementary streams have no trustworthy presentation timestamps
 (packed B-frames scramble them): they are timed by frame index and decoded
 from their first packet, choosing frames with
-:class:`serve_app.sampling.FrameSelector`; so are clips whose timestamps do
+:class:`serve_app.frame_sampling.FrameSelector`; so are clips whose timestamps do
 not advance (with a warning).
 
 A clip that breaks mid-stream keeps the frames it could decode, with
@@ -57,7 +57,7 @@ from serve_app.container import check_frame_limits, configure_decoder, open_cont
 from serve_app.decode_passes import PacketIndex, decode_plain, decode_planned, demux, error_warning, frame_rate
 from serve_app.errors import PayloadTooLargeError, UnprocessableClipError
 from serve_app.frames import FrameStore
-from serve_app.sampling import SamplingGrid, plan_grid, plan_picks
+from serve_app.frame_sampling import FrameGrid, plan_grid, plan_picks
 from serve_app.timeline import Gap, Timeline, build_timeline, find_gaps
 
 logger = logging.getLogger(__name__)
@@ -70,8 +70,10 @@ _TRUNCATION_SLACK_S = 0.5
 
 
 @dataclasses.dataclass(frozen=True)
-class SampleRequest:
-    """What to sample from a clip.
+class FrameSampling:
+    """Frame sampling of a clip: which window, at what rate, how many frames at most.
+
+    (Token sampling is :class:`serve_app.protocol.SamplingOptions`.)
 
     Attributes:
         fps: target sampling rate, frames per second.
@@ -158,7 +160,7 @@ class DecodedClip:
 
 def decode_clip(
     source: bytes | str | Path,
-    request: SampleRequest,
+    request: FrameSampling,
     decode: DecodeConfig,
     limits: LimitsConfig,
 ) -> DecodedClip:
@@ -331,7 +333,7 @@ def _declared_duration(container, stream) -> float | None:
     return d - start if 0 < start < d else d
 
 
-def _plan_wanted(idx: PacketIndex, timeline: Timeline, grid: SamplingGrid) -> dict[int, float]:
+def _plan_wanted(idx: PacketIndex, timeline: Timeline, grid: FrameGrid) -> dict[int, float]:
     """The pts (stream time base) of the frames to keep → their time in seconds.
 
     Only pictures whose packets were kept (at or after the first kept keyframe, in

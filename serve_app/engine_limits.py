@@ -16,7 +16,7 @@ import logging
 
 from serve_app.engines.base import EngineDeadError
 from serve_app.errors import ErrorInfo, InvalidRequestError, OverloadedError, internal_error
-from serve_app.sampling import video_tokens
+from serve_app.frame_sampling import video_tokens
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ def check_context(n_frames: int, height: int, width: int, text_tokens: int, max_
         max_model_len: the engine's context in tokens (None: not checked).
 
     Returns:
-        The clip's video tokens (``T/2 · H/14 · W/14 / 4``; :func:`serve_app.sampling.video_tokens`).
+        The clip's video tokens (``T/2 · H/14 · W/14 / 4``; :func:`serve_app.frame_sampling.video_tokens`).
 
     Raises:
         InvalidRequestError (400, ``param="max_frames"``): video tokens + text tokens exceed

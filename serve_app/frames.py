@@ -4,7 +4,7 @@
 and writes each straight into one preallocated ``(T, H, W, 3) uint8`` array,
 so a clip never exists as full-resolution RGB, let alone as float arrays.
 The target size follows the Qwen2.5-VL pixel budget
-(:func:`serve_app.sampling.frame_size`) of the *displayed* frame, as a player
+(:func:`serve_app.frame_sampling.frame_size`) of the *displayed* frame, as a player
 shows it: the codec's cropping window (applied by FFmpeg's decoder), the
 sample aspect ratio (anamorphic pixels are stretched to square ones), and the
 display matrix (phones record portrait video as rotated landscape; mirrored
@@ -27,7 +27,7 @@ import numpy as np
 from av.video.reformatter import VideoReformatter
 
 from serve_app.config import PixelBudget
-from serve_app.sampling import even_frame_count, frame_size
+from serve_app.frame_sampling import even_frame_count, frame_size
 
 #: Planar YUV layouts whose scaled copy feeds swscale's fast unscaled YUV→RGB path.
 _TWO_STEP_FORMATS = frozenset({"yuv420p", "yuvj420p", "yuv422p", "yuvj422p", "yuv444p", "yuvj444p", "nv12"})

@@ -22,7 +22,7 @@ from ray.exceptions import RayActorError, RayTaskError
 from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError
 
 from serve_app.errors import ErrorInfo, OverloadedError, ServeAppError, UpstreamTimeoutError, internal_error
-from serve_app.protocol import ClipInfo, ClipQuestion, ClipSource, Delta, Done, ModelChunk, SampleRequest
+from serve_app.protocol import ClipInfo, ClipQuestion, ClipSource, Delta, Done, ModelChunk, FrameSampling
 
 logger = logging.getLogger("ray.serve")
 
@@ -85,7 +85,7 @@ async def start_run(
     model: Any,
     *,
     source: ClipSource,
-    sample: SampleRequest,
+    sample: FrameSampling,
     question: ClipQuestion,
     deadline: float,
 ) -> ClipRun:

@@ -3,7 +3,7 @@
 The graph is Ingress → VideoDecoder → VideoModel. What travels between them:
 
 * to the decoder: a :class:`ClipSource` (where the clip comes from) and a
-  :class:`SampleRequest` (which frames to sample);
+  :class:`FrameSampling` (which frames to sample);
 * from the decoder: a :class:`DecodedClip` or an :class:`ErrorInfo` (the
   client-visible error as a value; exceptions never cross a handle);
 * to the model: the decoder's result and a :class:`ClipQuestion` (the question,
@@ -13,7 +13,7 @@ The graph is Ingress → VideoDecoder → VideoModel. What travels between them:
   arrive, then one :class:`Done` (or an :class:`ErrorInfo` if generation fails).
 
 Every type here is a frozen value (dataclass or pydantic model) that pickles.
-``DecodedClip`` and ``SampleRequest`` are defined by :mod:`serve_app.decoder`,
+``DecodedClip`` and ``FrameSampling`` are defined by :mod:`serve_app.decoder`,
 ``ClipSource`` by :mod:`serve_app.sources`, ``ErrorInfo`` by :mod:`serve_app.errors`;
 they are re-exported here so the handle contract reads in one place.
 """
@@ -25,7 +25,7 @@ from typing import TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from serve_app.decoder import DecodedClip, SampleRequest, describe
+from serve_app.decoder import DecodedClip, FrameSampling, describe
 from serve_app.errors import ErrorInfo
 from serve_app.sources import ClipSource
 
@@ -37,8 +37,8 @@ __all__ = [
     "Delta",
     "Done",
     "ErrorInfo",
+    "FrameSampling",
     "ModelChunk",
-    "SampleRequest",
     "SamplingOptions",
     "VideoInfo",
 ]

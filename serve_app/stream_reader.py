@@ -35,7 +35,7 @@ from serve_app.container import configure_decoder, video_stream
 from serve_app.decoder import DecodedClip
 from serve_app.errors import ServeAppError, UnprocessableClipError, UnsupportedMediaError
 from serve_app.frames import FrameStore
-from serve_app.sampling import even_frame_count
+from serve_app.frame_sampling import even_frame_count
 from serve_app.sources import check_url, resolve_local_path
 from serve_app.stream_core import Backoff, Window, WindowCutter
 from serve_app.stream_protocol import StreamCreate, StreamState

@@ -27,7 +27,7 @@ import dataclasses
 
 import numpy as np
 
-from serve_app.sampling import SamplingGrid
+from serve_app.frame_sampling import FrameGrid
 
 #: A timestamp this far (s) behind the previous one in decode order starts a new recording.
 DISCONTINUITY_S = 1.0
@@ -143,7 +143,7 @@ def build_timeline(
 
 
 def find_gaps(
-    grid: SamplingGrid,
+    grid: FrameGrid,
     kept_s: np.ndarray,
     picture_s: np.ndarray,
     first_decoded_s: float | None,

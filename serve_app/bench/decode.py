@@ -58,7 +58,7 @@ import av
 import numpy as np
 
 from serve_app.config import DecodeConfig, LimitsConfig
-from serve_app.decoder import DecodedClip, SampleRequest, decode_clip
+from serve_app.decoder import DecodedClip, FrameSampling, decode_clip
 
 logger = logging.getLogger(__name__)
 
@@ -199,7 +199,7 @@ def bench_clip(path: Path, has_b_frames: bool, repeats: int) -> dict:
     """Measures one clip (see the module docstring)."""
     data = path.read_bytes()
     dec, lim = DecodeConfig(), LimitsConfig()
-    request = SampleRequest(fps=4.0, max_frames=lim.max_frames)
+    request = FrameSampling(fps=4.0, max_frames=lim.max_frames)
     decode_clip(data, request, dec, lim)  # warm-up
     dec_cpu, ff_cpu = [], []
     clip: DecodedClip | None = None
@@ -256,7 +256,7 @@ def window_workload(path: Path, start_s: float, end_s: float, repeats: int) -> d
     """CPU per request of the service's reference workload: a 10-s window at 4 fps (40 frames) from an upload."""
     data = path.read_bytes()
     dec, lim = DecodeConfig(), LimitsConfig()
-    request = SampleRequest(fps=4.0, max_frames=128, start_s=start_s, end_s=end_s)
+    request = FrameSampling(fps=4.0, max_frames=128, start_s=start_s, end_s=end_s)
     decode_clip(data, request, dec, lim)
     cpu = [own_cpu_s(lambda: decode_clip(data, request, dec, lim))[0] for _ in range(repeats)]
     clip = decode_clip(data, request, dec, lim)
@@ -337,7 +337,7 @@ def bad_input_reject_ms(data_dir: Path, repeats: int) -> dict:
         for _ in range(repeats):
             t0 = time.perf_counter()
             try:
-                decode_clip(data, SampleRequest(4, 128), DecodeConfig(), LimitsConfig())
+                decode_clip(data, FrameSampling(4, 128), DecodeConfig(), LimitsConfig())
             except Exception as e:  # noqa: BLE001 - every case must fail; the status is recorded
                 status = getattr(e, "status", 500)
             times.append((time.perf_counter() - t0) * 1000)
@@ -378,10 +378,10 @@ def baseline_comparison(rev: str, clips: list[Path], repeats: int) -> dict:
             lim = LimitsConfig()
             runs = {
                 "baseline": functools.partial(
-                    base.decode_clip, data, base.SampleRequest(4.0, lim.max_frames), DecodeConfig(), lim
+                    base.decode_clip, data, base.FrameSampling(4.0, lim.max_frames), DecodeConfig(), lim
                 ),
                 "current": functools.partial(
-                    decode_clip, data, SampleRequest(4.0, lim.max_frames), DecodeConfig(), lim
+                    decode_clip, data, FrameSampling(4.0, lim.max_frames), DecodeConfig(), lim
                 ),
             }
             samples: dict[str, list[float]] = {"baseline": [], "current": []}

@@ -55,7 +55,7 @@ import numpy as np
 
 from serve_app.bench.mutations import MUTATIONS
 from serve_app.config import DecodeConfig, LimitsConfig
-from serve_app.decoder import SampleRequest, decode_clip
+from serve_app.decoder import FrameSampling, decode_clip
 from serve_app.errors import ServeAppError
 
 logger = logging.getLogger(__name__)
@@ -220,7 +220,7 @@ def check(name: str, data: bytes, ref: Reference | None, start_s: float | None, 
     t0 = time.perf_counter()
     clip = err = None
     try:
-        clip = decode_clip(data, SampleRequest(FPS, MAX_FRAMES, start_s, end_s), dec, lim)
+        clip = decode_clip(data, FrameSampling(FPS, MAX_FRAMES, start_s, end_s), dec, lim)
     except ServeAppError as e:
         err = e
     except Exception as e:  # noqa: BLE001 - a 500 is what the harness is looking for

@@ -125,9 +125,9 @@ async def _plain_run(llm, prompts: list[dict], sampling, tag: str, prompt_tokens
 def decode_file(path: Path):
     """Decodes one whole window file with the project's decoder (4 fps, Cosmos pixel budget)."""
     from serve_app.config import DecodeConfig, LimitsConfig
-    from serve_app.decoder import SampleRequest, decode_clip
+    from serve_app.decoder import FrameSampling, decode_clip
 
-    return decode_clip(path, SampleRequest(fps=4.0, max_frames=128), DecodeConfig(), LimitsConfig())
+    return decode_clip(path, FrameSampling(fps=4.0, max_frames=128), DecodeConfig(), LimitsConfig())
 
 
 async def _plain_side(args, files: list[Path]) -> dict:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from loadtest import statistics as stats
 from serve_app.config import DecodeConfig, LimitsConfig
-from serve_app.decoder import DecodedClip, SampleRequest, decode_clip
+from serve_app.decoder import DecodedClip, FrameSampling, decode_clip
 from serve_app.model_facts import DEFAULT_SYSTEM_PROMPT
 
 QUESTION = "Is anyone in this scene in danger? Answer with reasoning."
@@ -53,7 +53,7 @@ def windows(clip: Path, n: int, clip_duration_s: float) -> list[Window]:
 
 def decode_window(w: Window) -> DecodedClip:
     """Decodes one window with the project's decoder (4 fps, Cosmos pixel budget)."""
-    return decode_clip(w.clip, SampleRequest(fps=4.0, max_frames=128, start_s=w.start_s, end_s=w.end_s),
+    return decode_clip(w.clip, FrameSampling(fps=4.0, max_frames=128, start_s=w.start_s, end_s=w.end_s),
                        DecodeConfig(), LimitsConfig())
 
 

@@ -22,7 +22,7 @@ from ray import serve
 
 from serve_app.config import AppConfig
 from serve_app.capture import capture_rtsp
-from serve_app.decoder import DecodedClip, SampleRequest, decode_clip
+from serve_app.decoder import DecodedClip, FrameSampling, decode_clip
 from serve_app.errors import ErrorInfo, ServeAppError, internal_error
 from serve_app.fetch import fetch_url
 from serve_app.guards import log_safe
@@ -46,7 +46,7 @@ class VideoDecoder:
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="decode")
         self.metrics = DecoderMetrics()
 
-    def _decode(self, source: ClipSource, request: SampleRequest) -> DecodedClip:
+    def _decode(self, source: ClipSource, request: FrameSampling) -> DecodedClip:
         cfg = self.config
         try:
             if source.path is not None:
@@ -64,7 +64,7 @@ class VideoDecoder:
                 e.param = source.param
             raise
 
-    async def decode(self, source: ClipSource, request: SampleRequest, request_id: str = "") -> DecodedClip | ErrorInfo:
+    async def decode(self, source: ClipSource, request: FrameSampling, request_id: str = "") -> DecodedClip | ErrorInfo:
         """Decodes one clip; returns the clip, or the client-visible error as a value."""
         loop = asyncio.get_running_loop()
         try:

@@ -21,7 +21,7 @@ from ray.serve.exceptions import BackPressureError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from serve_app.api import ClipQueryFields, sample_request, sampling_options
+from serve_app.api import ClipQueryFields, frame_sampling_for, sampling_options
 from serve_app.config import AppConfig
 from serve_app.errors import ErrorInfo, ServeAppError, error_body, error_value
 from serve_app.guards import log_safe, mark_pipeline_full
@@ -126,7 +126,7 @@ class RouteRunner:
             self.decoder,
             self.model,
             source=source,
-            sample=sample_request(fields, cfg),
+            sample=frame_sampling_for(fields, cfg),
             question=ClipQuestion(ctx.request_id, question, sampling_options(fields, cfg)),
             deadline=asyncio.get_running_loop().time() + remaining_s,
         )

@@ -170,12 +170,12 @@ def wait_for(predicate, timeout_s: float) -> float | None:
 def test_decoder_scales_up_under_concurrent_load_and_back_down(app):
     from ray import serve
 
-    from serve_app.decoder import SampleRequest
+    from serve_app.decoder import FrameSampling
     from serve_app.sources import ClipSource
 
     assert wait_for(lambda: running_decoders() == 1, 30) is not None
     handle = serve.get_deployment_handle("VideoDecoder", app_name=APP)
-    source, sampling = ClipSource(path="vtest_h264_bframes.mp4"), SampleRequest(4, 8)
+    source, sampling = ClipSource(path="vtest_h264_bframes.mp4"), FrameSampling(4, 8)
     # Initialise the handle here, once. A handle first used from six threads at once creates six
     # routers under one handle id; the five idle ones keep reporting zero queued requests for that
     # id to the controller and can mask the busy one, so the decoder never scales (failed CI once).

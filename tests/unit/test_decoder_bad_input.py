@@ -5,7 +5,7 @@ import pytest
 from clipgen import write_audio_only, write_video
 
 from serve_app.config import DecodeConfig, LimitsConfig
-from serve_app.decoder import SampleRequest, decode_clip
+from serve_app.decoder import FrameSampling, decode_clip
 from serve_app.errors import (
     NotFoundError,
     PayloadTooLargeError,
@@ -18,7 +18,7 @@ from serve_app.errors import (
 pytestmark = pytest.mark.unit
 
 DEC, LIM = DecodeConfig(), LimitsConfig()
-REQ = SampleRequest(4, 128)
+REQ = FrameSampling(4, 128)
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +77,7 @@ def test_too_long_clip_is_413_naming_the_limit(data_dir):
 
 def test_empty_window_is_422(data_dir):
     with pytest.raises(UnprocessableClipError, match="empty"):
-        decode_clip(data_dir / "dashcam_0p4s.mp4", SampleRequest(4, 128, start_s=5.0), DEC, LIM)
+        decode_clip(data_dir / "dashcam_0p4s.mp4", FrameSampling(4, 128, start_s=5.0), DEC, LIM)
 
 
 def test_decode_time_limit_is_504_and_names_the_limit(data_dir):

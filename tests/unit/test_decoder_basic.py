@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from serve_app.config import DecodeConfig, LimitsConfig
-from serve_app.decoder import SampleRequest, decode_clip
+from serve_app.decoder import FrameSampling, decode_clip
 from serve_app.errors import PayloadTooLargeError, UnprocessableClipError, UnsupportedMediaError
 
 pytestmark = pytest.mark.unit
@@ -17,7 +17,7 @@ def on_grid(ts, fps=4.0, start=0.0):
 
 
 def test_real_clip_window_is_the_reference_workload(data_dir):
-    clip = decode_clip(data_dir / "intel_car-detection.mp4", SampleRequest(4, 128, 10, 20), DEC, LIM)
+    clip = decode_clip(data_dir / "intel_car-detection.mp4", FrameSampling(4, 128, 10, 20), DEC, LIM)
     assert clip.frames.shape == (40, 420, 756, 3) and clip.frames.dtype == np.uint8
     assert clip.fps == 4 and clip.padded_frames == 0
     assert np.all(np.diff(clip.timestamps_s) > 0)
@@ -28,7 +28,7 @@ def test_real_clip_window_is_the_reference_workload(data_dir):
 
 def test_whole_clip_from_bytes_is_even_and_on_grid(data_dir):
     data = (data_dir / "intel_car-detection.mp4").read_bytes()
-    clip = decode_clip(data, SampleRequest(4, 128), DEC, LIM)
+    clip = decode_clip(data, FrameSampling(4, 128), DEC, LIM)
     n_real = len(clip.timestamps_s)
     assert n_real == 121  # 30.16 s -> targets 0 .. 30.0 s
     assert clip.num_frames == 122 and clip.padded_frames == 1
@@ -39,22 +39,22 @@ def test_whole_clip_from_bytes_is_even_and_on_grid(data_dir):
 
 def test_empty_upload_is_422():
     with pytest.raises(UnprocessableClipError, match="empty"):
-        decode_clip(b"", SampleRequest(4, 128), DEC, LIM)
+        decode_clip(b"", FrameSampling(4, 128), DEC, LIM)
 
 
 def test_random_bytes_are_415():
     rng = np.random.default_rng(0)
     with pytest.raises(UnsupportedMediaError):
-        decode_clip(rng.bytes(50_000), SampleRequest(4, 128), DEC, LIM)
+        decode_clip(rng.bytes(50_000), FrameSampling(4, 128), DEC, LIM)
 
 
 def test_source_size_limit_is_413(data_dir):
     small = LimitsConfig(max_source_width=640, max_source_height=360)
     with pytest.raises(PayloadTooLargeError, match="640x360"):
-        decode_clip(data_dir / "intel_car-detection.mp4", SampleRequest(4, 128), DEC, small)
+        decode_clip(data_dir / "intel_car-detection.mp4", FrameSampling(4, 128), DEC, small)
 
 
 def test_clip_duration_limit_is_413(data_dir):
     short = LimitsConfig(max_clip_duration_s=10)
     with pytest.raises(PayloadTooLargeError, match="10 s"):
-        decode_clip(data_dir / "intel_car-detection.mp4", SampleRequest(4, 128), DEC, short)
+        decode_clip(data_dir / "intel_car-detection.mp4", FrameSampling(4, 128), DEC, short)

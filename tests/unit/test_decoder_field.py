@@ -12,7 +12,7 @@ import pytest
 from clipgen import NonSeekable, coded_frame, read_code, write_video
 
 from serve_app.config import DecodeConfig, LimitsConfig
-from serve_app.decoder import SampleRequest, decode_clip
+from serve_app.decoder import FrameSampling, decode_clip
 from serve_app.errors import PayloadTooLargeError, UnprocessableClipError
 
 pytestmark = pytest.mark.unit
@@ -22,7 +22,7 @@ VFR_TIMES = list(np.arange(150) / 30) + list(5 + np.arange(25) * 0.2)  # 30 fps 
 
 
 def sample(src, fps=4.0, max_frames=128, start_s=None, end_s=None, limits=LIM):
-    return decode_clip(src, SampleRequest(fps, max_frames, start_s, end_s), DEC, limits)
+    return decode_clip(src, FrameSampling(fps, max_frames, start_s, end_s), DEC, limits)
 
 
 def assert_on_grid(ts, start=0.0, fps=4.0, tol=0.125):

@@ -8,7 +8,7 @@ import pytest
 from clipgen import ffmpeg_frame, write_video
 
 from serve_app.config import DecodeConfig, LimitsConfig
-from serve_app.decoder import SampleRequest, decode_clip
+from serve_app.decoder import FrameSampling, decode_clip
 from serve_app.errors import UnprocessableClipError
 
 pytestmark = pytest.mark.unit
@@ -18,7 +18,7 @@ COLOR = (200, 60, 30)
 
 
 def sample(src, **kw):
-    return decode_clip(src, SampleRequest(4, 128, **kw), DEC, LIM)
+    return decode_clip(src, FrameSampling(4, 128, **kw), DEC, LIM)
 
 
 def solid(i, w, h):

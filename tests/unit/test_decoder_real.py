@@ -11,7 +11,7 @@ import pytest
 
 from serve_app.bitstream import ReferenceParser
 from serve_app.config import DecodeConfig, LimitsConfig
-from serve_app.decoder import SampleRequest, decode_clip
+from serve_app.decoder import FrameSampling, decode_clip
 from serve_app.frames import FrameStore
 
 pytestmark = pytest.mark.unit
@@ -20,7 +20,7 @@ DEC, LIM = DecodeConfig(), LimitsConfig()
 
 
 def sample(src, max_frames=512, **kw):
-    return decode_clip(src, SampleRequest(4, max_frames, **kw), DEC, LIM)
+    return decode_clip(src, FrameSampling(4, max_frames, **kw), DEC, LIM)
 
 
 def assert_on_grid(ts, start=0.0, fps=4.0, tol=0.125):

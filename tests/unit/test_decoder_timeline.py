@@ -10,9 +10,9 @@ from clipgen import write_video
 
 from serve_app.bench import mutations
 from serve_app.config import DecodeConfig, LimitsConfig
-from serve_app.decoder import SampleRequest, decode_clip
+from serve_app.decoder import FrameSampling, decode_clip
 from serve_app.errors import UnprocessableClipError
-from serve_app.sampling import SamplingGrid
+from serve_app.frame_sampling import FrameGrid
 from serve_app.timeline import build_timeline, find_gaps
 
 pytestmark = pytest.mark.unit
@@ -21,7 +21,7 @@ DEC, LIM = DecodeConfig(), LimitsConfig()
 
 
 def sample(src, start_s=None, end_s=None, fps=4.0):
-    return decode_clip(src, SampleRequest(fps, 128, start_s, end_s), DEC, LIM)
+    return decode_clip(src, FrameSampling(fps, 128, start_s, end_s), DEC, LIM)
 
 
 def grey_thumbs(path, times_s):
@@ -82,7 +82,7 @@ def test_a_clip_starting_at_3600s_lasts_6s(data_dir, name):
     clip = sample(data_dir / name)
     assert len(clip.timestamps_s) == 24 and clip.duration_s == pytest.approx(6.0)
     assert clip.timestamps_s[0] == pytest.approx(0.0)
-    strict = decode_clip(data_dir / name, SampleRequest(4.0, 128), DEC, LimitsConfig(max_clip_duration_s=10))
+    strict = decode_clip(data_dir / name, FrameSampling(4.0, 128), DEC, LimitsConfig(max_clip_duration_s=10))
     assert strict.duration_s == pytest.approx(6.0)  # the start time never counts towards the limit
 
 
@@ -177,7 +177,7 @@ def test_build_timeline_drops_discarded_pictures_and_counts_from_the_first_shown
 
 
 def test_find_gaps_reports_only_targets_more_than_one_step_from_a_frame():
-    grid = SamplingGrid(0.0, 0.25, 40, 4.0)
+    grid = FrameGrid(0.0, 0.25, 40, 4.0)
     kept = np.r_[np.arange(0, 4, 0.25), 4.5, np.arange(7, 10, 0.25)]  # one missing target at 4.25: tolerated
     pics = np.arange(0, 10, 0.04)
     gaps = find_gaps(grid, kept, pics, 0.0, np.array([0.0, 5.0]), [(5.0, "Invalid data")])

@@ -5,7 +5,7 @@ import pytest
 
 from loadtest.camera import WindowCutError, cut_windows, source_windows
 from serve_app.config import DecodeConfig, LimitsConfig
-from serve_app.decoder import SampleRequest, decode_clip
+from serve_app.decoder import FrameSampling, decode_clip
 
 pytestmark = pytest.mark.unit
 
@@ -16,7 +16,7 @@ def clip(data_dir):
 
 
 def decode(source, start, end, fps=4.0):
-    return decode_clip(source, SampleRequest(fps, 128, start, end), DecodeConfig(), LimitsConfig())
+    return decode_clip(source, FrameSampling(fps, 128, start, end), DecodeConfig(), LimitsConfig())
 
 
 def test_ten_second_windows_are_remuxed_from_the_keyframe_before_them(clip):

@@ -29,7 +29,7 @@ from serve_app.protocol import (
     ClipSource,
     Delta,
     Done,
-    SampleRequest,
+    FrameSampling,
     SamplingOptions,
     VideoInfo,
 )
@@ -170,7 +170,7 @@ class FakeHandles:
 async def start(handles: FakeHandles, timeout_s: float = 5.0) -> ClipRun:
     deadline = asyncio.get_running_loop().time() + timeout_s
     return await start_run(
-        handles, handles, source=ClipSource(path="a.mp4"), sample=SampleRequest(fps=2, max_frames=8),
+        handles, handles, source=ClipSource(path="a.mp4"), sample=FrameSampling(fps=2, max_frames=8),
         question=QUESTION, deadline=deadline,
     )
 

@@ -14,7 +14,7 @@ from fake_camera import FakeCamera
 
 from serve_app.capture import capture_rtsp
 from serve_app.config import DecodeConfig, LimitsConfig, SourcesConfig
-from serve_app.decoder import SampleRequest
+from serve_app.decoder import FrameSampling
 from serve_app.errors import ForbiddenSourceError, PayloadTooLargeError, UnprocessableClipError, UpstreamTimeoutError
 
 pytestmark = pytest.mark.unit
@@ -25,7 +25,7 @@ DEC, LIM = DecodeConfig(), LimitsConfig()
 
 
 def capture(url, end_s=3.0, sources=CFG, **kw):
-    return capture_rtsp(url, SampleRequest(4, 128, end_s=end_s, **kw), DEC, LIM, sources)
+    return capture_rtsp(url, FrameSampling(4, 128, end_s=end_s, **kw), DEC, LIM, sources)
 
 
 def test_a_live_capture_samples_the_window_on_the_grid():

@@ -15,7 +15,7 @@ import pytest
 
 from serve_app import sources as sources_module
 from serve_app.config import DecodeConfig, LimitsConfig, SourcesConfig
-from serve_app.decoder import SampleRequest, decode_clip
+from serve_app.decoder import FrameSampling, decode_clip
 from serve_app.errors import ForbiddenSourceError, PayloadTooLargeError, UnprocessableClipError, UpstreamTimeoutError
 from serve_app.fetch import fetch_url
 
@@ -113,7 +113,7 @@ def resolver(mapping):
 def test_a_clip_url_downloads_and_decodes(server):
     data = fetch_url(base(server) + "/clip.mp4", PRIVATE_OK, 10_000_000)
     assert data == server.clip
-    clip = decode_clip(data, SampleRequest(4, 128), DecodeConfig(), LimitsConfig())
+    clip = decode_clip(data, FrameSampling(4, 128), DecodeConfig(), LimitsConfig())
     assert clip.num_frames == 2
 
 

@@ -1,4 +1,5 @@
-"""Sampling math: which frames of a clip to keep, and at what size.
+"""Frame sampling math: which frames of a clip to keep, and at what size (token sampling is elsewhere:
+:mod:`serve_app.protocol` ``SamplingOptions``).
 
 Pure functions, no decoding. Times are seconds; sizes are pixels.
 
@@ -114,7 +115,7 @@ def even_frame_count(n: int) -> int:
 
 
 @dataclasses.dataclass(frozen=True)
-class SamplingGrid:
+class FrameGrid:
     """Target timestamps of a clip window.
 
     Attributes:
@@ -148,7 +149,7 @@ def plan_grid(
     start_s: float | None = None,
     end_s: float | None = None,
     source_fps: float | None = None,
-) -> SamplingGrid:
+) -> FrameGrid:
     """The sampling grid of a window ``[start_s, end_s)`` of a clip lasting ``clip_end_s``.
 
     Targets are ``start + k/fps`` for every target strictly before the window's
@@ -174,7 +175,7 @@ def plan_grid(
     if count > cap:
         rate = cap / duration
         count = cap
-    return SamplingGrid(start_s=a, step_s=1.0 / rate, count=count, fps=rate)
+    return FrameGrid(start_s=a, step_s=1.0 / rate, count=count, fps=rate)
 
 
 #: The frame payload a :class:`FrameSelector` holds (``av.VideoFrame`` in the decoder).
@@ -198,7 +199,7 @@ class FrameSelector(Generic[F]):
         for k, t_kept, kept in sel.finish(): ...
     """
 
-    def __init__(self, grid: SamplingGrid):
+    def __init__(self, grid: FrameGrid):
         self.grid = grid
         self._k = 0
         self._cands: list[tuple[float, F]] = []
@@ -246,7 +247,7 @@ class FrameSelector(Generic[F]):
         return out
 
 
-def plan_picks(times_s: np.ndarray, grid: SamplingGrid, is_reference: np.ndarray | None = None) -> np.ndarray:
+def plan_picks(times_s: np.ndarray, grid: FrameGrid, is_reference: np.ndarray | None = None) -> np.ndarray:
     """Chooses, for each grid target, one frame of a clip whose frame times are known up front.
 
     Each target takes a frame within ``grid.tolerance_s`` of it, later than the

@@ -5,7 +5,7 @@ import pytest
 
 from serve_app.config import PixelBudget
 from serve_app.errors import UnprocessableClipError
-from serve_app.sampling import (
+from serve_app.frame_sampling import (
     FrameSelector,
     even_frame_count,
     frame_pixel_cap,
