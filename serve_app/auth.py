@@ -21,6 +21,7 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from serve_app.errors import AuthenticationError
+from serve_app.guards import app_path
 
 logger = logging.getLogger(__name__)
 
@@ -100,7 +101,7 @@ class ApiKeyMiddleware:
         self.reject = reject
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not self.api_key.enabled or _app_path(scope) in self.exempt:
+        if scope["type"] != "http" or not self.api_key.enabled or app_path(scope) in self.exempt:
             await self.app(scope, receive, send)
             return
         try:
@@ -111,10 +112,3 @@ class ApiKeyMiddleware:
         await self.app(scope, receive, send)
 
 
-def _app_path(scope: Scope) -> str:
-    """The request path below the app's mount point (Serve's route prefix is the ASGI ``root_path``)."""
-    path = scope.get("path", "")
-    root = scope.get("root_path", "")
-    if root and path.startswith(root):
-        path = path[len(root) :]
-    return path or "/"
