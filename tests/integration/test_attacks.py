@@ -21,6 +21,7 @@ import pytest
 from fake_camera import FakeCamera
 
 from serve_app.testing.local_serve import cpu_args, deploy
+from serve_app.testing.ports import udp_port_taken
 
 pytestmark = pytest.mark.integration
 
@@ -217,15 +218,6 @@ def upload(app: str, data: bytes, source: str = "127.0.0.1", **fields) -> httpx.
                       data={"question": "What happens?", "max_tokens": "2", **fields})
 
 
-def port_taken(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        try:
-            s.bind(("0.0.0.0", port))
-        except OSError:
-            return True
-    return False
-
-
 def test_an_uploaded_sdp_file_opens_no_socket(app):
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -238,7 +230,7 @@ def test_an_uploaded_sdp_file_opens_no_socket(app):
         for _ in range(12_000):  # while the request runs (bounded): the decoder never binds the port
             if future.done():
                 break
-            taken += port_taken(port)
+            taken += udp_port_taken(port)
             time.sleep(0.01)
         r = future.result(timeout=120)
     assert taken == 0

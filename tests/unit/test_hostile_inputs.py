@@ -12,6 +12,7 @@ from serve_app.openai_api import clip_source, parse_chat_request
 from serve_app.prompt import check_user_text
 from serve_app.rtsp_relay import split_rtsp_stream
 from serve_app.sources import resolve_local_path
+from serve_app.testing.ports import udp_port_taken
 
 pytestmark = pytest.mark.unit
 CFG = AppConfig()
@@ -121,15 +122,6 @@ def free_udp_port():
         return s.getsockname()[1]
 
 
-def port_taken(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        try:
-            s.bind(("0.0.0.0", port))
-        except OSError:
-            return True
-    return False
-
-
 def test_an_uploaded_sdp_file_is_refused_before_ffmpeg_opens_a_socket():
     import threading
 
@@ -146,7 +138,7 @@ def test_an_uploaded_sdp_file_is_refused_before_ffmpeg_opens_a_socket():
     t.start()
     seen_taken = 0
     while t.is_alive():  # the sdp demuxer would hold the port while it waits for RTP packets
-        seen_taken += port_taken(port)
+        seen_taken += udp_port_taken(port)
         t.join(0.01)
     assert seen_taken == 0
     assert isinstance(outcome[0], UnsupportedMediaError) and "sdp" not in outcome[0].message
