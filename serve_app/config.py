@@ -256,6 +256,14 @@ class ModelConfig(_Model):
         "tower casts to bf16 first anyway, so the numbers are identical); `bf16_cpu`: cast and copy to "
         "host memory in the preprocessing thread, so the event loop only hands over host bytes.",
     )
+    vision_input: Literal["frames", "patches"] = Field(
+        "frames",
+        description="How clips reach the engine. `frames`: uint8 frames; the engine's HF processor normalises "
+        "and patchifies them in the model replica (on the GPU with processor_kwargs {device: cuda}). `patches`: "
+        "the CPU decode tier (and the stream workers) normalise and patchify each clip into the vision tower's "
+        "bf16 input (identical values; serve_app/vision_patches.py) and the replica hands it to the engine with "
+        "no processor run; needs backend `vllm` (or an injected engine) and sets engine_args.enable_mm_embeds.",
+    )
     device: str = Field("cpu", description="torch device of the transformers backend.")
     max_concurrent_requests: int = Field(
         1, ge=1, description="transformers backend: requests generated at once (a lock; CPU generate is serial)."
@@ -278,6 +286,27 @@ class ModelConfig(_Model):
         description="Merge token deltas leaving the model replica over this many ms (0: one item per delta); "
         "the first delta is never held. 50 ms is Ray Serve LLM's default (RAYLLM_MODEL_RESPONSE_BATCH_TIMEOUT_MS).",
     )
+
+    @model_validator(mode="after")
+    def _no_video_pruning(self) -> ModelConfig:
+        rate = self.engine_args.get("video_pruning_rate")
+        if rate:  # None or 0: off
+            raise ValueError(
+                f"model.engine_args.video_pruning_rate {rate} (EVS) is refused: vLLM 0.24 casts Qwen2.5-VL's "
+                "seconds per frame pair to an integer when pruning (second_per_grid_ts.long() in "
+                "qwen2_5_vl.py), so at 4 fps (0.5 s) every frame gets temporal position 0, and its engine died "
+                "under 64 clips in flight (issue 12); remove video_pruning_rate"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _patches_need_vllm(self) -> ModelConfig:
+        if self.vision_input == "patches" and self.backend == "transformers":
+            raise ValueError(
+                "model.vision_input 'patches' needs backend 'vllm' (the transformers backend runs its own "
+                "processor on frames); use vision_input 'frames'"
+            )
+        return self
 
     @property
     def name(self) -> str:

@@ -59,6 +59,7 @@ from serve_app.errors import PayloadTooLargeError, UnprocessableClipError
 from serve_app.frames import FrameStore
 from serve_app.frame_sampling import FrameGrid, plan_grid, plan_picks
 from serve_app.timeline import Gap, Timeline, build_timeline, find_gaps
+from serve_app.vision_patches import VisionPatches, patchify
 
 logger = logging.getLogger(__name__)
 
@@ -92,7 +93,8 @@ class DecodedClip:
     """Sampled frames of one clip, ready for the model.
 
     Attributes:
-        frames: ``(T, H, W, 3) uint8`` RGB, T even ≥ 2, H and W multiples of 28.
+        frames: ``(T, H, W, 3) uint8`` RGB, T even ≥ 2, H and W multiples of 28; None once the
+            clip travels as ``patches`` (:func:`serve_app.vision_patches.to_patches`).
         timestamps_s: ``(T_real,) float64`` presentation time of each decoded
             frame in seconds from the clip's first frame, strictly increasing;
             ``T - T_real`` trailing frames repeat the last one (``padded_frames``).
@@ -109,9 +111,10 @@ class DecodedClip:
         gaps: grid targets left unfilled by more than one step, with the reason (also in ``warnings``).
         decode_path: ``"planned"`` (the fast path), ``"plain"``, or ``"planned, then plain (…)"``
             when the fast path saw trouble and the window was decoded again the plain way.
+        patches: the frames as the vision tower's input (``model.vision_input: patches``), else None.
     """
 
-    frames: np.ndarray
+    frames: np.ndarray | None
     timestamps_s: np.ndarray
     fps: float
     source_width: int
@@ -125,11 +128,40 @@ class DecodedClip:
     decoded_frames: int = 0
     gaps: list[Gap] = dataclasses.field(default_factory=list)
     decode_path: str = "planned"
+    patches: VisionPatches | None = None
 
     @property
     def num_frames(self) -> int:
         """Frames sent to the model (T, even)."""
+        if self.frames is None:
+            assert self.patches is not None  # a clip holds frames or patches
+            return self.patches.num_frames
         return int(self.frames.shape[0])
+
+    @property
+    def frame_size(self) -> tuple[int, int]:
+        """``(width, height)`` of the frames sent to the model, pixels."""
+        if self.frames is None:
+            assert self.patches is not None  # a clip holds frames or patches
+            return self.patches.frame_width, self.patches.frame_height
+        return int(self.frames.shape[2]), int(self.frames.shape[1])
+
+    def as_patches(self) -> DecodedClip:
+        """This clip with its frames turned into the vision tower's input (frames dropped).
+
+        The time taken is added to ``decode_ms`` (it is the decode tier's work). A clip already
+        in patches is returned as is.
+
+        Raises:
+            ValueError: frames the model's processor would resize (see :func:`patchify`).
+        """
+        if self.frames is None:
+            return self
+        t0 = time.perf_counter()
+        patches = patchify(self.frames, self.fps)
+        return dataclasses.replace(
+            self, frames=None, patches=patches, decode_ms=self.decode_ms + (time.perf_counter() - t0) * 1000
+        )
 
     @classmethod
     def from_store(cls, store: FrameStore, *, fps: float, source_fps: float | None, duration_s: float,
@@ -362,8 +394,8 @@ def describe(clip: DecodedClip) -> dict:
     """JSON-ready metadata of a decoded clip (no pixels)."""
     return {
         "num_frames": clip.num_frames,
-        "frame_width": int(clip.frames.shape[2]),
-        "frame_height": int(clip.frames.shape[1]),
+        "frame_width": clip.frame_size[0],
+        "frame_height": clip.frame_size[1],
         "timestamps_s": [round(float(t), 4) for t in clip.timestamps_s],
         "padded_frames": clip.padded_frames,
         "fps": round(clip.fps, 6),

@@ -103,7 +103,7 @@ async def answer_stream(
     rid = question.request_id
     try:  # security: a clip that cannot fit the context is 400 before the engine (issue 13)
         n_video = check_context(
-            clip.num_frames, clip.frames.shape[1], clip.frames.shape[2],
+            clip.num_frames, clip.frame_size[1], clip.frame_size[0],
             text_tokens_estimate(system_prompt, question.question), max_model_len,
         )
     except InvalidRequestError as e:
@@ -120,6 +120,7 @@ async def answer_stream(
     req = GenerationRequest(
         request_id=new_engine_request_id(),
         frames=clip.frames,
+        patches=clip.patches,
         fps=clip.fps,
         prompt=render_prompt(question.question, system_prompt),
         sampling=question.sampling,

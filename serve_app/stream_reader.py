@@ -335,6 +335,8 @@ class CameraReader:
         self.converter.spent_s = 0.0
         size = self.converter.store.source_size or (0, 0)
         clip = window_clip(window, self.spec.fps, size, source_fps, spent_ms)
+        if self.config.model.vision_input == "patches":  # the vision tower's input, made here (CPU)
+            clip = clip.as_patches()
         thumb = jpeg_thumbnail(window.frames[-1], self.config.streams.thumbnail_width)
         window.frames = []  # the clip holds the pixels now
         self.on_window(ReadyWindow(window, clip, thumb))

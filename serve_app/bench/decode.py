@@ -228,7 +228,7 @@ def bench_clip(path: Path, has_b_frames: bool, repeats: int) -> dict:
         "request": {"fps": request.fps, "max_frames": request.max_frames},
         "sampled": {
             "frames": len(ts),
-            "frame_size": [int(clip.frames.shape[2]), int(clip.frames.shape[1])],
+            "frame_size": list(clip.frame_size),
             "max_grid_deviation_s": round(deviation, 4),
             "strictly_increasing": bool(np.all(np.diff(ts) > 0)),
             "pictures_decoded": clip.decoded_frames,
@@ -265,7 +265,7 @@ def window_workload(path: Path, start_s: float, end_s: float, repeats: int) -> d
         "clip": path.name,
         "window_s": [start_s, end_s],
         "frames": clip.num_frames,
-        "frame_size": [int(clip.frames.shape[2]), int(clip.frames.shape[1])],
+        "frame_size": list(clip.frame_size),
         "cpu_s_per_request": round(med, 4),
         "requests_per_cpu_s": round(1.0 / med, 1),
     }

@@ -252,7 +252,7 @@ def check(name: str, data: bytes, ref: Reference | None, start_s: float | None, 
     row.update(status=200, frames=len(ts), fps=round(clip.fps, 4), duration_s=round(clip.duration_s, 3),
                decode_path=getattr(clip, "decode_path", None), warnings=clip.warnings,
                source_size=[clip.source_width, clip.source_height],
-               frame_size=[int(clip.frames.shape[2]), int(clip.frames.shape[1])])  # fmt: skip
+               frame_size=list(clip.frame_size))  # fmt: skip
     if ref is None or len(ref_t) == 0:
         return row
     end = clip.duration_s if end_s is None else min(end_s, max(clip.duration_s, float(ref_t.max()) + step))
@@ -287,6 +287,7 @@ def check(name: str, data: bytes, ref: Reference | None, start_s: float | None, 
         if ref.concealed[j]:
             mads.append(0.0)
             continue
+        assert clip.frames is not None  # decode_clip returns frames
         all_mad = np.abs(ref.thumbs - _thumb(clip.frames[i])).mean(axis=(1, 2))
         mads.append(float(all_mad[j]))
         far = np.abs(ref_t - ts[i]) >= FAR_S
@@ -306,7 +307,7 @@ def check(name: str, data: bytes, ref: Reference | None, start_s: float | None, 
         dw, dh = ref.display_size
         if abs(clip.source_width - dw) > 1 or abs(clip.source_height - dh) > 1:
             probs.append(f"source size {clip.source_width}x{clip.source_height}, plain decode shows {dw}x{dh}")
-        out_aspect = clip.frames.shape[2] / clip.frames.shape[1]
+        out_aspect = clip.frame_size[0] / clip.frame_size[1]
         if abs(math.log(out_aspect / (dw / dh))) > 0.12:
             probs.append(f"output aspect {out_aspect:.3f}, displayed aspect {dw / dh:.3f}")
     return row

@@ -307,7 +307,7 @@ async def _serve_side(args, files: list[Path], name: str, overrides: dict) -> di
     url = f"http://127.0.0.1:{port}"
     await _http_run(url, files[:1])  # warm-up (not timed)
     single = files[1 : 1 + args.single]
-    batch = files[1 + args.single : 1 + args.single + args.inflight]
+    batch = files[1 + args.single : 1 + args.single + int(overrides.get("inflight", args.inflight))]
     s_ttft, s_e2e, s_server = [], [], []
     for f in single:
         _, _, tt, ee, sv = await _http_run(url, [f])
@@ -359,7 +359,7 @@ def window_files(args) -> list[Path]:
 
     from serve_app.bench.vllm_serve import cut_window_files
 
-    n = 1 + args.single + args.inflight
+    n = args.window_count or 1 + args.single + args.inflight
     out = Path(args.windows_dir)
     files = [out / f"win-{i:03d}.mp4" for i in range(n)]
     if all(f.exists() for f in files):
@@ -403,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--plain-engine-args", default="{}", help="JSON overrides for the plain sides")
     p.add_argument("--variant", action="append", default=[],
                    help='Serve variant NAME=JSON, JSON = {"model": {...}, "engine_args": {...}, '
-                        '"processor_kwargs": {...}, "model_replica": {...}, "decoder": {...}}; '
+                        '"processor_kwargs": {...}, "model_replica": {...}, "decoder": {...}, "inflight": N}; '
                         'default: one side named "serve" with the config as is')
     p.add_argument("--vllm-serve", action="append", default=[],
                    help='plain `vllm serve` side NAME=JSON, JSON = {"flags": [...], "variants": {VARIANT: '
@@ -419,6 +419,7 @@ def main(argv: list[str] | None = None) -> int:
     # internal: one side per process
     p.add_argument("--side", help=argparse.SUPPRESS)
     p.add_argument("--part", help=argparse.SUPPRESS)
+    p.add_argument("--window-count", type=int, help=argparse.SUPPRESS)
     p.add_argument("--overrides", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
@@ -457,6 +458,9 @@ def main(argv: list[str] | None = None) -> int:
         },
         "sides": {},
     }
+    variants = args.variant or ["serve={}"]
+    inflights = [int(json.loads(v.partition("=")[2] or "{}").get("inflight", args.inflight)) for v in variants]
+    args.window_count = 1 + args.single + max([args.inflight, *inflights])
     files = window_files(args)
     report["workload"]["window_files"] = {"dir": str(Path(args.windows_dir).resolve()), "count": len(files),
                                           "cut": "re-encoded H.264 (libx264 CRF 18), exactly the window's frames"}
@@ -466,7 +470,6 @@ def main(argv: list[str] | None = None) -> int:
         sides.append((name if name.startswith("vllm_serve") else f"vllm_serve_{name}", js or "{}"))
     if not args.no_plain:
         sides.append(("plain", None))
-    variants = args.variant or ["serve={}"]
     for v in variants:
         name, _, js = v.partition("=")
         sides.append((name, js or "{}"))
@@ -476,7 +479,7 @@ def main(argv: list[str] | None = None) -> int:
                "--checkpoint", args.checkpoint, "--clip", args.clip, "--serve-config", args.serve_config,
                "--inflight", str(args.inflight), "--single", str(args.single), "--port", str(args.port),
                "--plain-engine-args", args.plain_engine_args, "--windows-dir", args.windows_dir,
-               "--out", str(out_path), "--profile-s", str(args.profile_s)]
+               "--out", str(out_path), "--profile-s", str(args.profile_s), "--window-count", str(args.window_count)]
         if args.profile:
             cmd += ["--profile", *args.profile]
         if overrides:

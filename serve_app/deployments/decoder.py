@@ -47,6 +47,12 @@ class VideoDecoder:
         self.metrics = DecoderMetrics()
 
     def _decode(self, source: ClipSource, request: FrameSampling) -> DecodedClip:
+        clip = self._decode_frames(source, request)
+        if self.config.model.vision_input == "patches":  # the vision tower's input, made on this CPU tier
+            clip = clip.as_patches()
+        return clip
+
+    def _decode_frames(self, source: ClipSource, request: FrameSampling) -> DecodedClip:
         cfg = self.config
         try:
             if source.path is not None:

@@ -26,6 +26,7 @@ from serve_app.metrics import ModelMetrics
 from serve_app.prompt import render_prompt
 from serve_app.protocol import ClipQuestion, DecodedClip, ErrorInfo, ModelChunk, SamplingOptions
 from serve_app.streaming import coalesce_deltas
+from serve_app.vision_patches import patchify
 
 logger = logging.getLogger("ray.serve")
 
@@ -64,6 +65,8 @@ class VideoModel:
             prompt=render_prompt("warm-up", self.config.model.system_prompt),
             sampling=SamplingOptions(max_tokens=2, temperature=0.0, top_p=1.0, repetition_penalty=1.0),
         )
+        if self.config.model.vision_input == "patches":  # warm the path clips take
+            req.patches, req.frames = patchify(frames, self.config.decode.fps), None
         async for _ in self.engine.generate(req):
             pass
 

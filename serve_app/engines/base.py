@@ -23,6 +23,7 @@ from serve_app.protocol import SamplingOptions
 
 if TYPE_CHECKING:
     from serve_app.config import ModelConfig
+    from serve_app.vision_patches import VisionPatches
 
 # Frames reach the engines read-only (zero-copy out of Ray's object store). The HF video
 # processor only reads them, yet torch.from_numpy warns about every read-only array on the
@@ -37,17 +38,29 @@ class GenerationRequest:
     Attributes:
         request_id: the engine's id for this request (used to abort): made by the server per
             request (:func:`serve_app.generation.new_engine_request_id`), never the client's.
-        frames: ``(T, H, W, 3) uint8`` RGB, T even, H and W multiples of 28.
-        fps: effective sampling rate of ``frames`` (frames/s), for temporal positions.
+        frames: ``(T, H, W, 3) uint8`` RGB, T even, H and W multiples of 28; None when the clip
+            comes as ``patches``.
+        fps: effective sampling rate of the clip (frames/s), for temporal positions.
         prompt: full prompt text with one video placeholder (see serve_app.prompt).
         sampling: generation settings.
+        patches: the clip already normalised and patchified in the decode tier
+            (``model.vision_input: patches``, vllm backend only), else None.
     """
 
     request_id: str
-    frames: np.ndarray
+    frames: np.ndarray | None
     fps: float
     prompt: str
     sampling: SamplingOptions
+    patches: VisionPatches | None = None
+
+    @property
+    def num_frames(self) -> int:
+        """Frames of the clip (T, even), whether it comes as frames or patches."""
+        if self.frames is not None:
+            return int(self.frames.shape[0])
+        assert self.patches is not None  # a request carries frames or patches
+        return self.patches.num_frames
 
     @property
     def media_uuid(self) -> str:

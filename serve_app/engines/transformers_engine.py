@@ -95,6 +95,8 @@ class TransformersEngine(Engine):
     def _inputs(self, request: GenerationRequest):
         from transformers.video_utils import VideoMetadata
 
+        if request.frames is None:  # config validation keeps vision_input 'patches' off this backend
+            raise ValueError("the transformers backend takes frames, not patches (model.vision_input: frames)")
         return self.processor(
             text=[request.prompt],
             videos=[request.frames],

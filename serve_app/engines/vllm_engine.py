@@ -77,6 +77,49 @@ def handoff_pixels(engine_request: Any, mode: str) -> int:
     return total
 
 
+def accept_processed_video() -> None:
+    """Lets vLLM's Qwen2-VL/Qwen2.5-VL data parser take a clip already processed into patches.
+
+    vLLM 0.24's ``Qwen2VLMultiModalDataParser._parse_video_data`` accepts a dict of processed
+    fields only for precomputed embeddings (``video_embeds`` + ``video_grid_thw``, passed through
+    without the HF processor: ``DictEmbeddingItems``). This adds the same pass-through for the
+    vision tower's input (``pixel_values_videos`` + ``video_grid_thw`` + ``second_per_grid_ts``,
+    as :meth:`serve_app.vision_patches.VisionPatches.video_input` makes them), with the fields
+    vLLM's ``Qwen2_5_VLMultiModalProcessor._get_mm_fields_config`` declares for them; the model
+    then runs its vision tower on the pixels as it does after the HF processor. Any other input
+    goes to vLLM's own parser. Idempotent; affects this process only (input processing runs in
+    the replica; the engine core receives processed items). Pass-through items need the engine
+    argument ``enable_mm_embeds`` (vLLM checks it for every pass-through item).
+    """
+    from vllm.model_executor.models import qwen2_vl
+    from vllm.multimodal.inputs import MultiModalFieldConfig
+    from vllm.multimodal.parse import DictEmbeddingItems
+
+    parser = qwen2_vl.Qwen2VLMultiModalDataParser
+    if getattr(parser, "_cosmos_accepts_patches", False):
+        return
+    vllm_parse = parser._parse_video_data
+
+    def _parse_video_data(self: Any, data: Any) -> Any:
+        if isinstance(data, dict) and "pixel_values_videos" in data:
+            qwen2vl_fields = qwen2_vl._create_qwen2vl_field_factory(self._spatial_merge_size)
+
+            def fields(hf_inputs: Any) -> dict[str, Any]:
+                second_per_grid = MultiModalFieldConfig.batched("video", keep_on_cpu=True)
+                return {**qwen2vl_fields(hf_inputs), "second_per_grid_ts": second_per_grid}
+
+            return DictEmbeddingItems(
+                data,
+                modality="video",
+                required_fields={"pixel_values_videos", "video_grid_thw", "second_per_grid_ts"},
+                fields_factory=fields,
+            )
+        return vllm_parse(self, data)
+
+    parser._parse_video_data = _parse_video_data
+    parser._cosmos_accepts_patches = True
+
+
 def processor_kwargs(n_frames: int, fps: float, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """Per-request HF processor kwargs for a clip of ``n_frames`` sampled at ``fps`` (frames/s).
 
@@ -111,10 +154,21 @@ def sampling_params(s: SamplingOptions):
 def engine_prompt(request: GenerationRequest, extra_processor_kwargs: dict[str, Any] | None = None) -> dict:
     """The vLLM prompt dict of one request: text, the clip, and processor kwargs.
 
+    A clip that arrives as patches (:attr:`GenerationRequest.patches`) goes in as processed
+    fields (see :func:`accept_processed_video`): no HF processor runs for it. Frames go in as
+    frames, with the processor kwargs that give the true temporal positions.
+
     The clip gets the request id as its multimodal UUID: every request is a new
     clip, so vLLM hashes the short id instead of 38 MB of pixels (the hash
     keys the multimodal caches, which can never hit across requests here).
     """
+    if request.patches is not None:
+        return {
+            "prompt": request.prompt,
+            "multi_modal_data": {"video": request.patches.video_input()},
+            "multi_modal_uuids": {"video": [request.media_uuid]},
+        }
+    assert request.frames is not None  # a request carries frames or patches
     return {
         "prompt": request.prompt,
         "multi_modal_data": {"video": request.frames},
@@ -197,6 +251,9 @@ class VLLMEngine(Engine):
         if self.config.checkpoint:
             model = str(ensure_checkpoint(self.config.checkpoint, model))
         args = dict(self.config.engine_args)
+        if self.config.vision_input == "patches":
+            accept_processed_video()
+            args.setdefault("enable_mm_embeds", True)  # vLLM checks it for every pass-through item
         if args.get("mm_tensor_ipc") == "torch_shm":
             # vLLM refuses torch_shm unless its processes are spawned (vllm/config/vllm.py:
             # "torch_shm is known to fail without VLLM_WORKER_MULTIPROC_METHOD set to spawn").

@@ -72,7 +72,7 @@ class ScriptedEngine(Engine):
                     logger.error("%s", self._dead)
                     raise EngineDeadError(self._dead)
                 n = request.sampling.max_tokens
-                prompt_tokens = int(request.frames.shape[0]) + len(request.prompt.split())
+                prompt_tokens = request.num_frames + len(request.prompt.split())
                 produced = 0
                 for i in range(n):
                     if cancel.is_set():
@@ -129,7 +129,7 @@ class RecordingEngine(ScriptedEngine):
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
         """Records the request's ids and answers with them."""
         self.seen.append((request.request_id, request.media_uuid))
-        prompt_tokens = int(request.frames.shape[0]) + len(request.prompt.split())
+        prompt_tokens = request.num_frames + len(request.prompt.split())
         yield GenerationChunk(queue_ms=0.0)
         yield GenerationChunk(text=f"{request.request_id} {request.media_uuid}", completion_tokens=1,
                               prompt_tokens=prompt_tokens)

@@ -112,3 +112,41 @@ def test_pixel_handoff_casts_only_pixels_and_keeps_the_numbers_the_vision_tower_
         # vLLM's vision tower casts to the model dtype first: bf16 earlier gives the same tensor
         assert torch.equal(out, pixels.to(torch.bfloat16))
         assert out.device.type == "cpu"
+
+
+def test_engine_prompt_passes_patches_through_without_processor_kwargs():
+    from serve_app.vision_patches import patchify
+
+    frames = np.random.default_rng(2).integers(0, 256, (4, 56, 84, 3), dtype=np.uint8)
+    patches = patchify(frames, 4.0)
+    sampling = SamplingOptions(8, 0.6, 0.95, 1.05)
+    req = GenerationRequest("r2", None, 4.0, render_prompt("q", "s"), sampling, patches=patches)
+    p = engine_prompt(req, {"device": "cuda"})
+    video = p["multi_modal_data"]["video"]
+    assert set(video) == {"pixel_values_videos", "video_grid_thw", "second_per_grid_ts"}
+    assert video["pixel_values_videos"].shape == (2 * 4 * 6, 1176)
+    assert video["video_grid_thw"].tolist() == [[2, 4, 6]] and float(video["second_per_grid_ts"][0]) == 0.5
+    assert "mm_processor_kwargs" not in p  # no processor runs for a processed clip
+    assert p["multi_modal_uuids"] == {"video": ["clip-r2"]}
+    assert req.num_frames == 4
+
+
+def test_patches_are_refused_for_the_transformers_backend():
+    from pydantic import ValidationError
+
+    from serve_app.config import ModelConfig
+
+    with pytest.raises(ValidationError, match="vision_input 'patches' needs backend 'vllm'"):
+        ModelConfig(backend="transformers", vision_input="patches")
+    assert ModelConfig(backend="vllm", vision_input="patches").vision_input == "patches"
+
+
+@pytest.mark.parametrize("rate", [0.5, 0.1])
+def test_video_pruning_is_refused_with_the_reason(rate):
+    from pydantic import ValidationError
+
+    from serve_app.config import ModelConfig
+
+    with pytest.raises(ValidationError, match=r"video_pruning_rate .* \(EVS\) is refused: .*temporal position 0"):
+        ModelConfig(engine_args={"video_pruning_rate": rate})
+    assert ModelConfig(engine_args={"video_pruning_rate": 0}).engine_args == {"video_pruning_rate": 0}

@@ -1,0 +1,145 @@
+"""The vision tower's input, made on the CPU: normalised, patchified pixels of a clip (Ray-free).
+
+Qwen2.5-VL's HF video processor turns ``(T, H, W, 3) uint8`` frames (already at a size the
+processor keeps, H and W multiples of 28) into ``pixel_values_videos``: one row per 14×14×2
+patch, ``3·2·14·14 = 1176`` values each, normalised with the CLIP mean and std, rows ordered
+so that each 2×2 block of patches (one LLM token) is contiguous. vLLM's vision tower casts that
+tensor to the model dtype (bf16) before its first layer. Doing this work in the CPU decode tier
+(which scales out) instead of the model replica keeps it off the GPU the engine runs on; this
+module makes exactly the bf16 values the tower would see (tests compare with the HF processor).
+
+How: the normalised value of a pixel depends only on its channel and its 8-bit value, so one
+``(3, 256)`` table of bf16 values replaces the float arithmetic; the patch reordering is one
+transpose of the uint8 frames. bf16 has no numpy dtype: the values travel as their ``uint16``
+bit patterns (:class:`VisionPatches`), which Ray moves zero-copy, and are viewed as
+``torch.bfloat16`` at the engine.
+
+Sources: the layout and normalisation are those of transformers' ``Qwen2VLVideoProcessor``
+(``_preprocess``: ``view(B, T/2, 2, C, H/28, 2, 14, W/28, 2, 14).permute(0, 1, 4, 7, 5, 8, 3, 2, 6, 9)``;
+fused rescale+normalise ``(x - 255·mean) / (255·std)`` in float32); the sizes and CLIP values are
+in :mod:`serve_app.model_facts`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import numpy as np
+
+from serve_app.model_facts import IMAGE_MEAN, IMAGE_STD, PATCH_SIZE, SPATIAL_MERGE_SIZE, TEMPORAL_PATCH_SIZE
+
+#: Values in one patch row: channels · frames per temporal patch · patch side² (3·2·14·14).
+PATCH_VALUES = 3 * TEMPORAL_PATCH_SIZE * PATCH_SIZE * PATCH_SIZE
+
+
+@dataclasses.dataclass(frozen=True)
+class VisionPatches:
+    """A clip as the vision tower's input.
+
+    Attributes:
+        bits: ``(N, 1176) uint16``: bf16 bit patterns of the normalised patch rows,
+            ``N = t·h·w`` (rows in the HF processor's order).
+        grid_thw: ``(t, h, w)``: temporal patches (frame pairs) and patch rows/columns per frame.
+        second_per_grid_s: seconds between two temporal patches (``2 / fps``): Qwen2.5-VL's
+            temporal positions (``second_per_grid_ts``).
+    """
+
+    bits: np.ndarray
+    grid_thw: tuple[int, int, int]
+    second_per_grid_s: float
+
+    @property
+    def num_frames(self) -> int:
+        """Frames the patches cover (T, even)."""
+        return self.grid_thw[0] * TEMPORAL_PATCH_SIZE
+
+    @property
+    def frame_height(self) -> int:
+        """Frame height in pixels."""
+        return self.grid_thw[1] * PATCH_SIZE
+
+    @property
+    def frame_width(self) -> int:
+        """Frame width in pixels."""
+        return self.grid_thw[2] * PATCH_SIZE
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of pixel data."""
+        return int(self.bits.nbytes)
+
+    def video_input(self) -> dict[str, Any]:
+        """The clip as Qwen2.5-VL's processed video fields (torch tensors, no copy of the pixels).
+
+        Returns:
+            ``pixel_values_videos`` ``(N, 1176) bfloat16``, ``video_grid_thw`` ``(1, 3) int64``,
+            ``second_per_grid_ts`` ``(1,) float32``: the keys vLLM's Qwen2.5-VL model reads.
+        """
+        import torch
+
+        bits = torch.from_numpy(self.bits)  # read-only input is fine: nothing writes to it
+        return {
+            "pixel_values_videos": bits.view(torch.bfloat16),
+            "video_grid_thw": torch.tensor([self.grid_thw], dtype=torch.int64),
+            "second_per_grid_ts": torch.tensor([self.second_per_grid_s], dtype=torch.float32),
+        }
+
+
+@functools.cache
+def bf16_table(mean: tuple[float, ...] = IMAGE_MEAN, std: tuple[float, ...] = IMAGE_STD) -> np.ndarray:
+    """``(3, 256) uint16``: bf16 bits of ``(v - 255·mean[c]) / (255·std[c])`` for each channel c and 8-bit v.
+
+    Computed in float32 as transformers' fast processors do (mean and std scaled by 1/rescale_factor,
+    then ``torchvision.transforms.functional.normalize``), rounded to bf16 as ``Tensor.to(bfloat16)`` rounds.
+    """
+    import torch
+
+    values = torch.arange(256, dtype=torch.float32)
+    m = torch.tensor(mean, dtype=torch.float32) * (1.0 / (1 / 255))
+    s = torch.tensor(std, dtype=torch.float32) * (1.0 / (1 / 255))
+    table = (values[None, :] - m[:, None]) / s[:, None]
+    return table.to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16).copy()
+
+
+def patchify(frames: np.ndarray, fps: float) -> VisionPatches:
+    """Normalises and patchifies a clip the way Qwen2.5-VL's HF video processor does (bf16 result).
+
+    Args:
+        frames: ``(T, H, W, 3) uint8`` RGB; H and W multiples of 28 (the processor's size, so it
+            would not resize). An odd T is padded with the last frame, as the processor pads.
+        fps: sampling rate of ``frames``, frames/s (temporal positions: 2/fps s per frame pair).
+
+    Returns:
+        The :class:`VisionPatches` (``(T/2 · H/14 · W/14, 1176)`` bf16 bits).
+
+    Raises:
+        ValueError: a shape the processor would resize or refuse (not 4-D RGB uint8, H or W not a
+            multiple of 28, no frame), or ``fps`` ≤ 0.
+    """
+    unit = PATCH_SIZE * SPATIAL_MERGE_SIZE
+    if frames.ndim != 4 or frames.shape[3] != 3 or frames.dtype != np.uint8 or frames.shape[0] == 0:
+        raise ValueError(f"frames must be (T, H, W, 3) uint8 with T ≥ 1, got {frames.shape} {frames.dtype}")
+    t, h, w, _ = frames.shape
+    if h % unit or w % unit:
+        raise ValueError(f"frame size {w}x{h} is not a multiple of {unit} pixels")
+    if not fps > 0:
+        raise ValueError(f"fps must be > 0, got {fps}")
+    if t % TEMPORAL_PATCH_SIZE:
+        frames = np.concatenate([frames, np.repeat(frames[-1:], TEMPORAL_PATCH_SIZE - t % TEMPORAL_PATCH_SIZE, 0)])
+        t = frames.shape[0]
+    gt, gh, gw = t // TEMPORAL_PATCH_SIZE, h // PATCH_SIZE, w // PATCH_SIZE
+    m, p = SPATIAL_MERGE_SIZE, PATCH_SIZE
+    # (gt, tps, gh/m, m, p, gw/m, m, p, C) → (gt, gh/m, gw/m, m, m, C, tps, p, p): the HF row order
+    blocks = frames.reshape(gt, TEMPORAL_PATCH_SIZE, gh // m, m, p, gw // m, m, p, 3)
+    rows = np.ascontiguousarray(blocks.transpose(0, 2, 5, 3, 6, 8, 1, 4, 7)).reshape(gt * gh * gw, 3, -1)
+    table = bf16_table()
+    bits = np.empty(rows.shape, dtype=np.uint16)
+    for c in range(3):
+        np.take(table[c], rows[:, c, :], out=bits[:, c, :])
+    return VisionPatches(
+        bits=bits.reshape(gt * gh * gw, PATCH_VALUES),
+        grid_thw=(gt, gh, gw),
+        second_per_grid_s=TEMPORAL_PATCH_SIZE / float(fps),
+    )
