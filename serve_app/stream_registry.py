@@ -36,6 +36,7 @@ from serve_app.stream_protocol import (
     LastAnswer,
     StateEvent,
     StreamCreate,
+    StreamEvent,
     StreamState,
     StreamStatus,
     WindowTimes,
@@ -94,7 +95,7 @@ class _Stream:
         self.last_answer: LastAnswer | None = None
         self.queue: NewestWinsQueue[ReadyWindow] = NewestWinsQueue(pending)
         self.reader: CameraReader | None = None
-        self.task: asyncio.Task | None = None
+        self.task: asyncio.Task[None] | None = None
 
 
 class StreamRegistry:
@@ -255,7 +256,7 @@ class StreamRegistry:
 
     # ------------------------------------------------------------------ events from the reader
 
-    def _event(self, event) -> None:
+    def _event(self, event: StreamEvent) -> None:
         self.events.append(event)
 
     def _state(self, st: _Stream, state: StreamState, error: str | None) -> None:
