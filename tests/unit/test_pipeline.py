@@ -34,8 +34,6 @@ from serve_app.protocol import (
     VideoInfo,
 )
 
-pytestmark = pytest.mark.unit
-
 RID = "req-1"
 RETRY_AFTER_S = 7
 

@@ -20,8 +20,6 @@ from serve_app.stream_store import StreamStore
 from serve_app.testing.fake_camera import FakeCamera
 from serve_app.webhook import Webhooks
 
-pytestmark = pytest.mark.unit
-
 DATA = Path(__file__).resolve().parents[1] / "data"
 CLIP = "dashcam_0p4s.mp4"  # 0.4 s: a looping camera that wraps every 0.4 s of stream time
 
