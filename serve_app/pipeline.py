@@ -55,10 +55,11 @@ class ClipRun:
         """The model's chunks after :attr:`info`, up to the final one (:class:`Done` or an
         :class:`ErrorInfo`); resumed after that, it reads the stream to its end (see the class
         docstring), so a reader keeps iterating instead of leaving the loop at the final chunk.
-        Chunks after the final one (a model bug) are logged and dropped.
+        Chunks after the final one (a model bug) are logged and dropped; a stream still open at the
+        deadline after its final chunk ends the iteration (the answer is whole; the caller cancels).
 
         Raises:
-            TimeoutError: the deadline passed (see :func:`client_error`: 504).
+            TimeoutError: the deadline passed before the final chunk (see :func:`client_error`: 504).
             Whatever the handle raises (see :func:`client_error`).
         """
         final = False
@@ -67,6 +68,11 @@ class ClipRun:
                 async with asyncio.timeout_at(self.deadline):
                     chunk = await self._stream.__anext__()
             except StopAsyncIteration:
+                return
+            except TimeoutError:
+                if not final:
+                    raise
+                logger.warning("model stream still open at the deadline after its final chunk")
                 return
             if final:
                 logger.warning("model stream sent %s after its final chunk; dropped", type(chunk).__name__)

@@ -331,6 +331,23 @@ def test_chunks_after_done_are_dropped_and_the_answer_stands():
     assert asyncio.run(go()) == ("a", Done("stop", 5, 1)) and stream.ended
 
 
+def test_a_stream_left_open_after_done_still_answers_at_the_deadline():
+    from serve_app.serving.context import RouteRunner
+
+    class OpenAfterDone(EndAwareStream):
+        async def __anext__(self):
+            if not self.chunks:
+                await asyncio.sleep(3600)
+            return await super().__anext__()
+
+    stream = OpenAfterDone([INFO, Delta("a", 1), Done("stop", 5, 1)])
+
+    async def go():
+        return await RouteRunner.collect(await start(FakeHandles(FakeDecode(result=None), stream), timeout_s=0.3))
+
+    assert asyncio.run(go()) == ("a", Done("stop", 5, 1)) and stream.cancelled and not stream.ended
+
+
 def test_chunks_cross_handles_as_picklable_values():
     import pickle
 
