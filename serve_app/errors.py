@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 from pydantic import BaseModel, Field
 
@@ -132,7 +132,7 @@ class ErrorInfo:
     param: str | None = None
     headers: dict[str, str] = dataclasses.field(default_factory=dict)
 
-    def raise_(self) -> None:
+    def raise_(self) -> NoReturn:
         """Re-raises this value as the matching :class:`ServeAppError`."""
         err = ServeAppError(self.message, param=self.param, headers=self.headers)
         err.status, err.type = self.status, self.type

@@ -174,7 +174,7 @@ class Backoff:
 
     def delay_s(self, attempt: int) -> float:
         """Seconds to wait before retry ``attempt`` (0, 1, 2, …)."""
-        return min(self.max_s, self.initial_s * 2 ** min(attempt, 30))
+        return min(self.max_s, self.initial_s * 2.0 ** min(attempt, 30))
 
 
 class Percentiles:

@@ -60,7 +60,7 @@ class ReadyWindow:
         thumbnail: JPEG of the window's last frame (``streams.thumbnail_width`` wide), or None.
     """
 
-    window: Window
+    window: Window[np.ndarray]
     clip: DecodedClip
     thumbnail: bytes | None
 
@@ -134,7 +134,7 @@ def sniff_http_format(url: str, host_header: str, connect_timeout_s: float, read
 
 
 def window_clip(
-    window: Window, fps: float, source: tuple[int, int], source_fps: float | None, decode_ms: float
+    window: Window[np.ndarray], fps: float, source: tuple[int, int], source_fps: float | None, decode_ms: float
 ) -> DecodedClip:
     """The window's frames as a :class:`DecodedClip` (padded to an even count; times from the window start)."""
     n = len(window.frames)
@@ -328,7 +328,7 @@ class CameraReader:
         finally:
             container.close()
 
-    def _emit(self, window: Window, source_fps: float | None) -> None:
+    def _emit(self, window: Window[np.ndarray], source_fps: float | None) -> None:
         if not window.frames:
             return
         spent_ms = self.converter.spent_s * 1000

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import contextvars
 import logging
 import time
 import uuid
@@ -36,6 +37,7 @@ from serve_app.stream_protocol import (
     LastAnswer,
     StateEvent,
     StreamCreate,
+    StreamEvent,
     StreamState,
     StreamStatus,
     WindowTimes,
@@ -94,7 +96,7 @@ class _Stream:
         self.last_answer: LastAnswer | None = None
         self.queue: NewestWinsQueue[ReadyWindow] = NewestWinsQueue(pending)
         self.reader: CameraReader | None = None
-        self.task: asyncio.Task | None = None
+        self.task: asyncio.Task[None] | None = None
 
 
 class StreamRegistry:
@@ -171,7 +173,9 @@ class StreamRegistry:
             st.frames += 1  # an int add under the GIL: exact enough for a counter read elsewhere
 
         st.reader = CameraReader(spec, self.config, on_window, on_state, on_frame)
-        st.task = loop.create_task(self._answer_loop(st))
+        # A context of its own: the registering call's would make every window's model call carry that
+        # request's Serve request id (the POST /v1/streams id, in the model replica's log lines and metrics).
+        st.task = loop.create_task(self._answer_loop(st), context=contextvars.Context())
         st.reader.start()
 
     async def delete(self, sid: str) -> None:
@@ -255,7 +259,7 @@ class StreamRegistry:
 
     # ------------------------------------------------------------------ events from the reader
 
-    def _event(self, event) -> None:
+    def _event(self, event: StreamEvent) -> None:
         self.events.append(event)
 
     def _state(self, st: _Stream, state: StreamState, error: str | None) -> None:
@@ -406,19 +410,28 @@ class StreamRegistry:
 
     @staticmethod
     async def _collect(chunks: AsyncIterator[ModelChunk]) -> tuple[ClipInfo | ErrorInfo, str, Done | None]:
-        """``(ClipInfo, text, Done)`` from a model stream, or ``(ErrorInfo, "", None)``."""
-        info: ClipInfo | ErrorInfo | None = None
+        """``(ClipInfo, text, Done)`` from a model stream, or ``(ErrorInfo, "", None)``.
+
+        The stream is read to its end, past its final chunk (Done or ErrorInfo), so the model
+        replica's call returns by itself and Serve logs and counts it (see :class:`serve_app.pipeline.ClipRun`).
+        """
+        info: ClipInfo | None = None
         parts: list[str] = []
-        async for chunk in chunks:
-            if isinstance(chunk, ErrorInfo):
-                return chunk, "", None
-            if isinstance(chunk, ClipInfo):
+        final: Done | ErrorInfo | None = None
+        async for chunk in chunks:  # to the end: no return at the final chunk
+            if final is not None:
+                logger.warning("model stream sent %s after its final chunk; dropped", type(chunk).__name__)
+            elif isinstance(chunk, ClipInfo):
                 info = chunk
             elif isinstance(chunk, Delta):
                 parts.append(chunk.text)
-            elif isinstance(chunk, Done):
-                if info is None:
-                    raise RuntimeError("model stream ended without a ClipInfo")
-                return info, "".join(parts), chunk
-        raise RuntimeError("model stream ended without a Done chunk")
+            else:
+                final = chunk
+        if isinstance(final, ErrorInfo):
+            return final, "", None
+        if final is None:
+            raise RuntimeError("model stream ended without a Done chunk")
+        if info is None:
+            raise RuntimeError("model stream ended without a ClipInfo")
+        return info, "".join(parts), final
 

@@ -14,6 +14,7 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from serve_app.stream_protocol import StreamCreate
 
@@ -88,7 +89,7 @@ class StreamStore:
                 (stream_id, stream_id, self.keep),
             )
 
-    def answers(self, stream_id: str, limit: int = 50) -> list[dict]:
+    def answers(self, stream_id: str, limit: int = 50) -> list[dict[str, Any]]:
         """The newest answers of a stream (event JSON as dicts), newest first."""
         with self._lock:
             rows = self._db.execute(
@@ -99,7 +100,8 @@ class StreamStore:
     def count_answers(self, stream_id: str) -> int:
         """Answers stored for a stream (≤ ``keep``)."""
         with self._lock:
-            return self._db.execute("SELECT COUNT(*) FROM answers WHERE stream_id = ?", (stream_id,)).fetchone()[0]
+            n: int = self._db.execute("SELECT COUNT(*) FROM answers WHERE stream_id = ?", (stream_id,)).fetchone()[0]
+        return n
 
     def thumbnail(self, stream_id: str) -> bytes | None:
         """The newest thumbnail of a stream (JPEG), or None."""

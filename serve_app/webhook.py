@@ -42,7 +42,7 @@ class Webhooks:
         self.delivered = 0
         self.failed = 0
         self.skipped = 0
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
 
     def send(self, url: str, event: BaseModel) -> None:
         """Schedules one delivery of ``event`` to ``url`` (returns at once)."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import builtins
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
 from ray import serve
@@ -41,7 +41,7 @@ class StreamWorker:
         model: handle of :class:`serve_app.deployments.model.VideoModel`.
     """
 
-    async def __init__(self, config: dict[str, Any], model: DeploymentHandle) -> None:  # type: ignore[misc]  # Serve awaits async constructors
+    async def __init__(self, config: dict[str, Any], model: DeploymentHandle[Any]) -> None:  # type: ignore[misc]  # Serve awaits async constructors
         self.config = AppConfig.model_validate(config)
         self.model = model
         self.store = StreamStore(self.config.streams.db_path, keep=self.config.streams.answer_history)
@@ -57,7 +57,7 @@ class StreamWorker:
             async for chunk in stream:
                 yield chunk
         finally:
-            stream.cancel()
+            stream.cancel()  # type: ignore[no-untyped-call]  # ray 2.60: _DeploymentResponseBase.cancel is unannotated
 
     async def create(self, spec: StreamCreate) -> StreamStatus | ErrorInfo:
         """Registers a stream (spec validated by the ingress)."""
@@ -104,7 +104,7 @@ class StreamWorker:
             return ErrorInfo(404, "not_found", "no stream with this id (see GET /v1/streams)", "id")
         return self.store.answers(stream_id, limit)
 
-    def __del__(self):
+    def __del__(self) -> Awaitable[None] | None:
         """Serve's shutdown hook: returns the readers' shutdown for Serve to await (definitions stay in
         the database); later calls (the garbage collector's) find nothing and do nothing."""
         registry = self.__dict__.pop("registry", None)

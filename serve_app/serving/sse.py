@@ -65,7 +65,7 @@ async def sse_stream(
     try:
         for event in encoder.start():
             yield sse_event(event)
-        async for chunk in run.chunks():
+        async for chunk in run.chunks():  # to the end, past the final chunk (see ClipRun): no break
             if isinstance(chunk, Delta):
                 parts.append(chunk.text)
                 for event in encoder.delta(chunk):
@@ -73,7 +73,6 @@ async def sse_stream(
             elif isinstance(chunk, ErrorInfo):
                 count_error(chunk.type)
                 yield sse_event(encoder.error(chunk))
-                break
             elif isinstance(chunk, Done):
                 for event in encoder.done(chunk, "".join(parts)):
                     yield sse_event(event)
@@ -82,5 +81,5 @@ async def sse_stream(
         count_error(err.type)
         yield sse_event(encoder.error(err))
     finally:
-        run.cancel()  # client disconnected (or done): cancel down to the engine
+        run.cancel()  # client disconnected or an error: cancel down to the engine (no-op once the stream ended)
     yield sse_event(DONE_EVENT)

@@ -24,7 +24,7 @@ def _gpus() -> int:
         return 0
 
 
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_gpus() == 0, reason="GPU test: no CUDA GPU")]
+pytestmark = pytest.mark.skipif(_gpus() == 0, reason="GPU test: no CUDA GPU")
 
 # In a fresh interpreter: the preflight, then a fork whose child uses the GPU, as
 # vLLM's AsyncLLM does when it starts its engine-core process.

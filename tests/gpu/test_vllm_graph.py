@@ -31,7 +31,7 @@ def _gpu_ready() -> str | None:
     return None
 
 
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_gpu_ready() is not None, reason=f"GPU test: {_gpu_ready()}")]
+pytestmark = pytest.mark.skipif(_gpu_ready() is not None, reason=f"GPU test: {_gpu_ready()}")
 
 QUESTION = "Is anyone in this scene in danger? Answer with reasoning."
 

@@ -23,8 +23,6 @@ from fake_camera import FakeCamera
 from serve_app.testing.local_serve import cpu_args, deploy
 from serve_app.testing.ports import udp_port_taken
 
-pytestmark = pytest.mark.integration
-
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data"
 CLIP = DATA / "intel_bottle-detection.mp4"  # 0.5 MB: under the 2 MB upload limit here

@@ -13,8 +13,6 @@ import pytest
 from serve_app.testing.local_serve import cpu_args as cpu_app_args
 from serve_app.testing.local_serve import deploy
 
-pytestmark = pytest.mark.integration
-
 SCRIPTED = "serve_app.testing.engines:scripted_engine"
 FIELDS = {"question": "What happens?", "end_s": "1"}
 

@@ -16,8 +16,6 @@ import pytest
 from serve_app.testing.local_serve import DATA, cpu_app_args, deploy
 from fake_camera import FakeCamera
 
-pytestmark = pytest.mark.integration
-
 APP, PREFIX = "decode-tier", "/decode-tier"
 OPEN_S, READ_S = 2.0, 1.0
 AUTOSCALING = {

@@ -12,7 +12,7 @@ from serve_app.bench import fault
 from serve_app.testing.local_serve import cpu_args as cpu_app_args
 from serve_app.testing.local_serve import deploy
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 RECOVERY_BOUND_S = 60
 

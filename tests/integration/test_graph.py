@@ -6,8 +6,6 @@ import httpx
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.integration
-
 QUESTION = "Is anyone in this scene in danger?"
 
 

@@ -8,8 +8,6 @@ from loadtest.__main__ import main
 from loadtest.statistics import Criteria, summarize
 from loadtest.report import read_csv
 
-pytestmark = pytest.mark.integration
-
 
 def test_four_cameras_against_the_cpu_app_and_results_agree_with_the_csv(cpu_app, data_dir, tmp_path):
     out = tmp_path / "run"

@@ -1,14 +1,13 @@
 """Observability on real Serve: the app's Prometheus metrics (scraped from Ray's metrics agent)
 and log lines carrying the request id and the camera id."""
 
+import re
 import time
 from pathlib import Path
 
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-
-pytestmark = pytest.mark.integration
 
 CAMERA = "cam-metrics-7"
 
@@ -93,12 +92,15 @@ def test_metrics_endpoint_shows_every_stage(traffic, metrics_url):
     assert {"deployment", "replica", "application"} <= labels
 
 
-@pytest.mark.skip(reason="in full-suite runs the VideoModel replica's log has no line with the request id "
-                  "(passes alone; seen 5 times on 2026-11-30, cause not found yet: see the closing note)")
-def test_logs_carry_request_id_and_camera_id(traffic):
+def serve_logs() -> Path:
+    """This session's Serve log folder (one ``replica_<app>_<deployment>_<replica>.log`` per replica)."""
     import ray._private.worker as worker
 
-    logs = Path(worker._global_node.get_session_dir_path()) / "logs" / "serve"
+    return Path(worker._global_node.get_session_dir_path()) / "logs" / "serve"
+
+
+def test_logs_carry_request_id_and_camera_id(traffic):
+    logs = serve_logs()
     rid = traffic["id"]
 
     def lines_of(deployment: str) -> list[str]:
@@ -107,7 +109,7 @@ def test_logs_carry_request_id_and_camera_id(traffic):
             for line in f.read_text(errors="replace").splitlines() if rid in line
         ]
 
-    # Replica log files are flushed asynchronously: poll (generously, for a loaded 2-core machine).
+    # The ingress writes its lines after the response has left: poll (generously, for a loaded 2-core machine).
     deadline = time.monotonic() + 90
     while True:
         found = {d: lines_of(d) for d in ("Ingress", "VideoDecoder", "VideoModel")}
@@ -119,5 +121,25 @@ def test_logs_carry_request_id_and_camera_id(traffic):
             break
         assert time.monotonic() < deadline, found
         time.sleep(1)
-    # Downstream replicas' lines carry the same request id (Serve propagates it through handles).
-    assert found["VideoDecoder"] and found["VideoModel"], found
+    # Downstream replicas' lines carry the same request id (Serve propagates it through handles), and the
+    # model's call is logged as finished: the ingress reads the model stream to its end instead of cancelling
+    # it after the Done chunk (a call cancelled there left no line at all; see serve_app.pipeline.ClipRun).
+    assert any("CALL decode OK" in line for line in found["VideoDecoder"]), found
+    assert any("CALL generate OK" in line for line in found["VideoModel"]), found
+
+
+def test_every_answered_request_has_its_model_call_logged(cpu_app):
+    """Each answered clip's model call is in the model replica's log as finished. Before the ingress read the
+    model stream to its end, it cancelled the call after the Done chunk, and a call closed at its last yield
+    left no line (about one request in fifteen on a loaded machine: several in a row make the test bite)."""
+    rids = []
+    for _ in range(8):
+        r = httpx.post(f"{cpu_app}/v1/video/query", json={"question": "Anyone?", "video_path": "dashcam_0p4s.mp4",
+                                                          "max_tokens": 2}, timeout=120)  # fmt: skip
+        assert r.status_code == 200, r.text
+        rids.append(r.json()["id"])
+    logs = serve_logs()
+    # The model's line is written before its last chunk reaches the ingress, so before the response: no wait.
+    text = "\n".join(f.read_text(errors="replace") for f in logs.glob("replica_cpu_VideoModel_*.log"))
+    missing = [rid for rid in rids if not re.search(rf"{rid} -- CALL generate OK", text)]
+    assert not missing, missing

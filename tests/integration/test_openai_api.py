@@ -7,8 +7,6 @@ import httpx
 import openai
 import pytest
 
-pytestmark = pytest.mark.integration
-
 MODEL = "tiny-random-qwen2_5_vl"
 QUESTION = "Is anyone in this scene in danger?"
 

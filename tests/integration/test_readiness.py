@@ -15,7 +15,7 @@ from serve_app.bench import fault
 from serve_app.testing.engines import DIE_MARKER
 from serve_app.testing.local_serve import deploy
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 APP, PREFIX = "readiness", "/readiness"
 START_DELAY_S = 8.0

@@ -10,8 +10,6 @@ import pytest
 
 from serve_app.testing.local_serve import deploy
 
-pytestmark = pytest.mark.integration
-
 CLIENT_ID = "same-id-from-two-clients"
 
 

@@ -11,8 +11,6 @@ from serve_app.sources import ClipSource
 from serve_app.testing.local_serve import TEST_API_KEY_ENV, deploy
 from serve_app.testing.local_serve import cpu_args as cpu_app_args
 
-pytestmark = pytest.mark.integration
-
 MODEL = "tiny-random-qwen2_5_vl"
 
 

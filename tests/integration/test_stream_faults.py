@@ -18,8 +18,6 @@ from serve_app.testing.fake_camera import FakeCamera
 from serve_app.testing.local_serve import TEST_API_KEY_ENV, cpu_app_args, deploy
 from serve_app.testing.replicas import kill_replica, replica_actor_names
 
-pytestmark = pytest.mark.integration
-
 APP, PREFIX = "stream-faults", "/stream-faults"
 PAUSE_S = 20.0
 WAIT_S = 180.0  # generous: a 2-core machine shared with other tests

@@ -13,8 +13,6 @@ from pathlib import Path
 import httpx
 import pytest
 
-pytestmark = pytest.mark.integration
-
 ROOT = Path(__file__).resolve().parents[2]
 CLIPS = ["intel_car-detection.mp4", "intel_bottle-detection.mp4", "vtest_h264_bframes.mp4", "dashcam_0p4s.mp4"]
 ANSWER_WAIT_S = 240  # generous: four cameras share one tiny CPU model on a loaded 2-core machine

@@ -5,8 +5,6 @@ import pytest
 from serve_app.auth import ApiKey, presented_key
 from serve_app.errors import AuthenticationError
 
-pytestmark = pytest.mark.unit
-
 
 def test_key_comes_from_the_named_environment_variable():
     assert ApiKey.from_env("MY_KEY", {"MY_KEY": " s3cret "}).enabled

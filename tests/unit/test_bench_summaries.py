@@ -1,12 +1,9 @@
 """The robustness benches' summaries of load-tester records (overload, soak) and their memory samples."""
 
-import pytest
 
 from loadtest.records import RequestRecord
 from serve_app.bench import overload, soak
 from serve_app.bench.memory import RssSample, RssSampler
-
-pytestmark = pytest.mark.unit
 
 
 def rec(sent, done, status=200, kind=None, retry_after=None, cam="cam-0", etype=None):

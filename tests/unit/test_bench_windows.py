@@ -3,13 +3,11 @@
 import json
 from pathlib import Path
 
-import pytest
 
 from serve_app.bench.gpu import _engine_breakdown, decode_file, query_body
 from serve_app.bench.vllm_serve import chat_body, cut_window_files
 from serve_app.bench.workload import QUESTION, SYSTEM_PROMPT, windows
 
-pytestmark = pytest.mark.unit
 CLIP = Path(__file__).resolve().parents[1] / "data" / "intel_car-detection.mp4"
 
 

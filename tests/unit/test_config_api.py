@@ -18,7 +18,6 @@ from serve_app.errors import (
 )
 from serve_app.sources import resolve_local_path
 
-pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[2]
 
 

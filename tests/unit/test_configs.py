@@ -14,7 +14,6 @@ from ray.serve.schema import DeploymentSchema, ServeApplicationSchema, ServeDepl
 
 from serve_app.config import AppConfig
 
-pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
 DEPLOYMENTS = {"ingress": "Ingress", "decoder": "VideoDecoder", "model_replica": "VideoModel"}

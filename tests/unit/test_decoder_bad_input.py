@@ -15,8 +15,6 @@ from serve_app.errors import (
     UpstreamTimeoutError,
 )
 
-pytestmark = pytest.mark.unit
-
 DEC, LIM = DecodeConfig(), LimitsConfig()
 REQ = FrameSampling(4, 128)
 

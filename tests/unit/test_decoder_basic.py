@@ -7,8 +7,6 @@ from serve_app.config import DecodeConfig, LimitsConfig
 from serve_app.decoder import FrameSampling, decode_clip
 from serve_app.errors import PayloadTooLargeError, UnprocessableClipError, UnsupportedMediaError
 
-pytestmark = pytest.mark.unit
-
 DEC, LIM = DecodeConfig(), LimitsConfig()
 
 

@@ -15,8 +15,6 @@ from serve_app.config import DecodeConfig, LimitsConfig
 from serve_app.decoder import FrameSampling, decode_clip
 from serve_app.errors import PayloadTooLargeError, UnprocessableClipError
 
-pytestmark = pytest.mark.unit
-
 DEC, LIM = DecodeConfig(), LimitsConfig()
 VFR_TIMES = list(np.arange(150) / 30) + list(5 + np.arange(25) * 0.2)  # 30 fps for 5 s, then 5 fps
 

@@ -11,8 +11,6 @@ from serve_app.config import DecodeConfig, LimitsConfig
 from serve_app.decoder import FrameSampling, decode_clip
 from serve_app.errors import UnprocessableClipError
 
-pytestmark = pytest.mark.unit
-
 DEC, LIM = DecodeConfig(), LimitsConfig()
 COLOR = (200, 60, 30)
 

@@ -14,8 +14,6 @@ from serve_app.config import DecodeConfig, LimitsConfig
 from serve_app.decoder import FrameSampling, decode_clip
 from serve_app.frames import FrameStore
 
-pytestmark = pytest.mark.unit
-
 DEC, LIM = DecodeConfig(), LimitsConfig()
 
 

@@ -15,8 +15,6 @@ from serve_app.errors import UnprocessableClipError
 from serve_app.frame_sampling import FrameGrid
 from serve_app.timeline import build_timeline, find_gaps
 
-pytestmark = pytest.mark.unit
-
 DEC, LIM = DecodeConfig(), LimitsConfig()
 
 

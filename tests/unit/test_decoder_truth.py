@@ -7,8 +7,6 @@ import pytest
 
 from serve_app.bench import decode_truth
 
-pytestmark = pytest.mark.unit
-
 INPUTS = decode_truth.inputs(shared=False)
 
 

@@ -6,8 +6,6 @@ from serve_app.engine_limits import TEMPLATE_TOKENS, check_context, engine_error
 from serve_app.engines.base import EngineDeadError
 from serve_app.errors import InvalidRequestError
 
-pytestmark = pytest.mark.unit
-
 
 def test_a_clip_over_the_context_is_400_naming_max_frames_and_the_limit():
     # 512 frames at the 128·28² minimum frame area (e.g. 1080p under the recipe's pixel budget):

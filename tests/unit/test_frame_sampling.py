@@ -16,8 +16,6 @@ from serve_app.frame_sampling import (
     video_tokens,
 )
 
-pytestmark = pytest.mark.unit
-
 
 def select(times, grid):
     sel = FrameSelector(grid)

@@ -19,8 +19,6 @@ from serve_app.generation import answer_stream
 from serve_app.protocol import ClipInfo, ClipQuestion, Delta, Done, ErrorInfo, SamplingOptions
 from serve_app.testing.engines import RecordingEngine, ScriptedEngine
 
-pytestmark = pytest.mark.unit
-
 SAMPLING = SamplingOptions(max_tokens=3, temperature=0.0, top_p=1.0, repetition_penalty=1.0)
 CLIENT_ID = "client-chosen-id"
 

@@ -22,8 +22,6 @@ import httpx
 import pytest
 from inprocess import inprocess_app
 
-pytestmark = pytest.mark.unit
-
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden"
 DATA = Path(__file__).resolve().parents[1] / "data"
 CLIP = "dashcam_0p4s.mp4"

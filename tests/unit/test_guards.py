@@ -17,8 +17,6 @@ from serve_app.guards import (
     mark_pipeline_full,
 )
 
-pytestmark = pytest.mark.unit
-
 
 async def reject(scope, receive, send, err: ServeAppError):
     status, body, headers = to_http(err)

@@ -14,7 +14,6 @@ from serve_app.rtsp_relay import split_rtsp_stream
 from serve_app.sources import resolve_local_path
 from serve_app.testing.ports import udp_port_taken
 
-pytestmark = pytest.mark.unit
 CFG = AppConfig()
 
 

@@ -15,7 +15,6 @@ from packaging.requirements import Requirement
 
 from cosmos_tools import constraints as gen
 
-pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = (ROOT / "Dockerfile").read_text()
 FREEZE = ROOT / gen.DEFAULT_FREEZE

@@ -3,12 +3,10 @@
 import re
 from pathlib import Path
 
-import pytest
 import yaml
 
 from cosmos_tools.k8s import check
 
-pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
 

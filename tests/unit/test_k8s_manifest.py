@@ -21,7 +21,6 @@ import yaml
 from cosmos_tools.k8s import check, kustomize, render, rules, schema
 from cosmos_tools.k8s.__main__ import main
 
-pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "k8s"
 PLATFORMS = {

@@ -8,7 +8,6 @@ import yaml
 from cosmos_tools.k8s import render as k8s
 from cosmos_tools.k8s.__main__ import main
 
-pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[2]
 A100 = ROOT / "configs" / "a100.yaml"
 MANIFEST = ROOT / "k8s" / "base" / "rayservice.yaml"

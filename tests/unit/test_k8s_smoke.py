@@ -13,9 +13,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-import pytest
 
-pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[2]
 CLIP = ROOT / "tests" / "data" / "dashcam_0p4s.mp4"
 

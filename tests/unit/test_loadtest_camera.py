@@ -7,8 +7,6 @@ from loadtest.camera import WindowCutError, cut_windows, source_windows
 from serve_app.config import DecodeConfig, LimitsConfig
 from serve_app.decoder import FrameSampling, decode_clip
 
-pytestmark = pytest.mark.unit
-
 
 @pytest.fixture(scope="module")
 def clip(data_dir):

@@ -26,8 +26,6 @@ from loadtest.settings import (
 from serve_app.config import AppConfig
 from serve_app.testing.clock import run_virtual
 
-pytestmark = pytest.mark.unit
-
 WINDOW = Window(3, 30.0, 40.0, 0.4, 10.4, b"\x00\x01mp4", "remux", 0.4)
 
 

@@ -8,8 +8,6 @@ import pytest
 
 from loadtest.schedule import camera_times, phases, plan
 
-pytestmark = pytest.mark.unit
-
 
 def test_realtime_camera_sends_one_request_per_window_end():
     assert camera_times("realtime", 0.0, 10.0, 35.0) == [0.0, 10.0, 20.0, 30.0]

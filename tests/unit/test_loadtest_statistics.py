@@ -10,8 +10,6 @@ from loadtest.records import RequestRecord
 from loadtest.statistics import Criteria, distribution, lag_growth, percentiles, summarize, timeline, verdict
 from loadtest.sweep import next_search_level, sweep_decision
 
-pytestmark = pytest.mark.unit
-
 
 def rec(cam="cam-0", end=10.0, done=None, *, deadline=10.0, sent=None, status=200, kind=None, warmup=False,
         seq=0, stopped=None, tokens=8, first=None):

@@ -6,8 +6,6 @@ import pytest
 
 from loadtest.streams import summarize
 
-pytestmark = pytest.mark.unit
-
 
 def answer(sid, fresh, latency_ms=100.0, q=0):
     return {"stream_id": sid, "question_index": q, "timings": {"freshness_s": fresh, "latency_ms": latency_ms}}

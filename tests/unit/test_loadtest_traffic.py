@@ -11,8 +11,6 @@ from loadtest import traffic
 from loadtest.records import RequestRecord
 from serve_app.testing.clock import run_virtual
 
-pytestmark = pytest.mark.unit
-
 DONE = {"type": "done", "usage": {"prompt_tokens": 100, "completion_tokens": 4}, "timings": {"decode_ms": 20.0}}
 
 

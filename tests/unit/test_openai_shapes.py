@@ -10,8 +10,6 @@ from serve_app.config import AppConfig
 from serve_app.errors import InvalidRequestError, NotFoundError, PayloadTooLargeError
 from serve_app.protocol import Done
 
-pytestmark = pytest.mark.unit
-
 CFG = AppConfig.model_validate({"model": {"served_model_name": "cosmos", "allow_ignore_eos": True}})
 
 

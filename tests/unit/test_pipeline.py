@@ -34,8 +34,6 @@ from serve_app.protocol import (
     VideoInfo,
 )
 
-pytestmark = pytest.mark.unit
-
 RID = "req-1"
 RETRY_AFTER_S = 7
 
@@ -256,6 +254,98 @@ def test_an_error_value_mid_stream_is_raised_by_collect():
     with pytest.raises(ServeAppError) as e:
         asyncio.run(go())
     assert e.value.status == 503 and e.value.headers["Retry-After"] == "1"
+
+
+class EndAwareStream(FakeStream):
+    """A model stream that records whether it was read to its end before it was cancelled.
+
+    Serve logs and counts a model call when the replica's generator returns; one cancelled after
+    its last chunk but before that return leaves no access-log line (see :class:`ClipRun`)."""
+
+    def __init__(self, chunks):
+        super().__init__(chunks)
+        self.ended, self.ended_before_cancel = False, None
+
+    async def __anext__(self):
+        try:
+            return await super().__anext__()
+        except StopAsyncIteration:
+            self.ended = True
+            raise
+
+    def cancel(self):
+        self.cancelled, self.ended_before_cancel = True, self.ended
+
+
+FINALS = [Done("stop", 5, 2), OverloadedError("the model replica is restarting; retry").info()]
+
+
+@pytest.mark.parametrize("final", FINALS, ids=["done", "error_value"])
+def test_the_runner_reads_the_model_stream_to_its_end_before_it_cancels(final):
+    from serve_app.serving.context import RouteRunner
+
+    stream = EndAwareStream([INFO, Delta("a", 1), final])
+
+    async def go():
+        run = await start(FakeHandles(FakeDecode(result=None), stream))
+        try:
+            return await RouteRunner.collect(run)
+        except ServeAppError as e:
+            return e
+
+    out = asyncio.run(go())
+    assert out == ("a", final) if isinstance(final, Done) else error_value(out) == final
+    assert stream.cancelled and stream.ended_before_cancel
+
+
+@pytest.mark.parametrize("final", FINALS, ids=["done", "error_value"])
+def test_a_streamed_response_reads_the_model_stream_to_its_end_before_it_cancels(final):
+    from serve_app.serving.context import RequestContext
+    from serve_app.serving.query import QueryEncoder
+    from serve_app.serving.sse import sse_stream
+
+    stream = EndAwareStream([INFO, Delta("a", 1), final])
+    errors: list[str] = []
+
+    async def go():
+        run = await start(FakeHandles(FakeDecode(result=None), stream))
+        encoder = QueryEncoder(RequestContext(RID, 0.0), run)
+        events = sse_stream(run, encoder, error_of=lambda e: client_error(e, RID, 1), count_error=errors.append)
+        return [e async for e in events]
+
+    body = b"".join(asyncio.run(go()))
+    assert body.endswith(b"data: [DONE]\n\n")
+    if isinstance(final, Done):
+        assert b'"type":"done"' in body and errors == []
+    else:
+        assert b'"type":"error"' in body and errors == [final.type]
+    assert stream.cancelled and stream.ended_before_cancel
+
+
+def test_chunks_after_done_are_dropped_and_the_answer_stands():
+    stream = EndAwareStream([INFO, Delta("a", 1), Done("stop", 5, 1), Delta("late", 2)])
+
+    async def go():
+        return await (await start(FakeHandles(FakeDecode(result=None), stream))).collect()
+
+    assert asyncio.run(go()) == ("a", Done("stop", 5, 1)) and stream.ended
+
+
+def test_a_stream_left_open_after_done_still_answers_at_the_deadline():
+    from serve_app.serving.context import RouteRunner
+
+    class OpenAfterDone(EndAwareStream):
+        async def __anext__(self):
+            if not self.chunks:
+                await asyncio.sleep(3600)
+            return await super().__anext__()
+
+    stream = OpenAfterDone([INFO, Delta("a", 1), Done("stop", 5, 1)])
+
+    async def go():
+        return await RouteRunner.collect(await start(FakeHandles(FakeDecode(result=None), stream), timeout_s=0.3))
+
+    assert asyncio.run(go()) == ("a", Done("stop", 5, 1)) and stream.cancelled and not stream.ended
 
 
 def test_chunks_cross_handles_as_picklable_values():

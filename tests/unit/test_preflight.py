@@ -10,7 +10,6 @@ import yaml
 from serve_app import preflight
 from serve_app.config import AppConfig, ModelConfig
 
-pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 
-import pytest
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.responses import PlainTextResponse
@@ -12,8 +11,6 @@ from starlette.routing import Route
 from starlette.testclient import TestClient
 
 from serve_app.serving.request_id import RequestIdMiddleware, request_id_of
-
-pytestmark = pytest.mark.unit
 
 
 def app() -> Starlette:

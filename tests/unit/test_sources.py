@@ -8,8 +8,6 @@ from serve_app.config import SourcesConfig
 from serve_app.errors import ForbiddenSourceError, InvalidRequestError, NotFoundError, UnprocessableClipError
 from serve_app.sources import ClipSource, address_kind, check_url, resolve_local_path
 
-pytestmark = pytest.mark.unit
-
 
 def resolver(mapping):
     """A getaddrinfo stand-in: host -> list of addresses."""

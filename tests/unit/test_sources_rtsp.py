@@ -17,8 +17,6 @@ from serve_app.config import DecodeConfig, LimitsConfig, SourcesConfig
 from serve_app.decoder import FrameSampling
 from serve_app.errors import ForbiddenSourceError, PayloadTooLargeError, UnprocessableClipError, UpstreamTimeoutError
 
-pytestmark = pytest.mark.unit
-
 OPEN_S, READ_S = 2.0, 1.0
 CFG = SourcesConfig(allow_private_networks=True, rtsp_open_timeout_s=OPEN_S, rtsp_read_timeout_s=READ_S)
 DEC, LIM = DecodeConfig(), LimitsConfig()

@@ -19,8 +19,6 @@ from serve_app.decoder import FrameSampling, decode_clip
 from serve_app.errors import ForbiddenSourceError, PayloadTooLargeError, UnprocessableClipError, UpstreamTimeoutError
 from serve_app.fetch import fetch_url
 
-pytestmark = pytest.mark.unit
-
 PRIVATE_OK = SourcesConfig(allow_private_networks=True, url_read_timeout_s=1.0, url_total_timeout_s=3.0)
 
 

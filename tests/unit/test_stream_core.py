@@ -11,8 +11,6 @@ from serve_app.stream_core import Backoff, EventLog, NewestWinsQueue, Percentile
 from serve_app.stream_protocol import AlertRule, StateEvent, StreamCreate
 from serve_app.stream_store import StreamStore
 
-pytestmark = pytest.mark.unit
-
 
 def feed(cutter: WindowCutter, fps: float, seconds: float):
     out = []

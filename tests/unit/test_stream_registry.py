@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -19,8 +20,6 @@ from serve_app.stream_registry import StreamRegistry, redact
 from serve_app.stream_store import StreamStore
 from serve_app.testing.fake_camera import FakeCamera
 from serve_app.webhook import Webhooks
-
-pytestmark = pytest.mark.unit
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 CLIP = "dashcam_0p4s.mp4"  # 0.4 s: a looping camera that wraps every 0.4 s of stream time
@@ -143,6 +142,56 @@ def test_model_refusals_are_counted_and_reported(tmp_path, fail, reason):
 
     ok, s = run(main())
     assert ok and s.windows_answered == 0 and s.last_error.startswith("model:"), s
+
+
+CLIP_INFO = ClipInfo(
+    video=VideoInfo(num_frames=2, frame_width=28, frame_height=28, timestamps_s=[0.0, 0.5], padded_frames=0, fps=2.0,
+                    source_width=28, source_height=28, source_fps=2.0, duration_s=1.0, rotation_deg=0),
+    warnings=(), decode_ms=1.0, video_tokens=1, model="m", random_weights=True,
+)
+
+
+@pytest.mark.parametrize("final", [Done("stop", 5, 1), OverloadedError("busy").info()], ids=["done", "error_value"])
+def test_a_window_reads_the_model_stream_to_its_end(final):
+    """Past the final chunk, so the model replica's call returns by itself and Serve logs and counts it
+    (see serve_app.pipeline.ClipRun)."""
+    returned = []
+
+    async def model_stream():
+        yield CLIP_INFO
+        yield Delta("yes", 1)
+        yield final
+        returned.append(True)
+
+    out = run(StreamRegistry._collect(model_stream()))
+    assert returned == [True]
+    assert out == ((CLIP_INFO, "yes", final) if isinstance(final, Done) else (final, "", None))
+
+
+#: Stands for Serve's request context (a context variable): set while a request is handled.
+REQUEST_ID = contextvars.ContextVar("request_id", default=None)
+
+
+def test_windows_are_not_answered_in_the_registering_request_s_context(tmp_path):
+    """The POST that registers a stream must not lend its request id to every later window's model call."""
+    cfg = config(tmp_path)
+    seen: list[str | None] = []
+
+    class ContextModel(FakeModel):
+        async def __call__(self, question, clip):
+            seen.append(REQUEST_ID.get())
+            async for chunk in super().__call__(question, clip):
+                yield chunk
+
+    async def main():
+        reg = StreamRegistry(cfg, ContextModel(), StreamStore(cfg.streams.db_path))
+        REQUEST_ID.set("req-that-registered")
+        st = reg.create(StreamCreate(url=CLIP, window_s=0.25, fps=4, questions=["q"], loop=True))
+        ok = await wait_for(lambda: reg.status(st.id).windows_answered >= 1, 15)
+        await reg.close()
+        return ok
+
+    assert run(main()) and seen and set(seen) == {None}, seen
 
 
 def test_definitions_survive_a_restart_and_delete_forgets(tmp_path):

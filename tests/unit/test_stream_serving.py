@@ -15,8 +15,6 @@ from serve_app.serving.request_id import STATE_KEY
 from serve_app.serving.streams import StreamsServing, validate_stream
 from serve_app.stream_protocol import EventBatch, StateEvent
 
-pytestmark = pytest.mark.unit
-
 
 class Metrics:
     def started(self): ...

@@ -12,8 +12,6 @@ from serve_app.protocol import Delta, Done
 from serve_app.streaming import coalesce_deltas
 from serve_app.testing.clock import run_virtual
 
-pytestmark = pytest.mark.unit
-
 
 async def source(n_tokens: int, gap_s: float, log: list | None = None, fail: bool = False):
     try:

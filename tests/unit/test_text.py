@@ -6,8 +6,6 @@ from serve_app.model_facts import COSMOS_SYSTEM_PROMPT, DEFAULT_SYSTEM_PROMPT, V
 from serve_app.prompt import build_messages, render_prompt
 from serve_app.reasoning import split_reasoning
 
-pytestmark = pytest.mark.unit
-
 
 def test_prompt_has_one_video_placeholder_before_the_question():
     p = render_prompt("Is anyone in danger?", COSMOS_SYSTEM_PROMPT)

@@ -15,8 +15,6 @@ from serve_app.model_facts import DEFAULT_SYSTEM_PROMPT
 from serve_app.prompt import render_prompt
 from serve_app.protocol import SamplingOptions
 
-pytestmark = pytest.mark.unit
-
 
 @pytest.fixture(scope="module")
 def engine(tiny_checkpoint):

@@ -12,7 +12,6 @@ from serve_app.engines.vllm_engine import engine_prompt, processor_kwargs, unkno
 from serve_app.model_facts import DEFAULT_SYSTEM_PROMPT
 from serve_app.prompt import render_prompt
 
-pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[2]
 NAMES = json.loads((ROOT / "tests/data/vllm/engine_arg_names-0.24.0.json").read_text())["names"]
 
