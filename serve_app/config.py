@@ -330,6 +330,11 @@ class DeploymentOptions(_Model):
     num_cpus: float = Field(1.0, ge=0, description="CPUs reserved per replica.")
     num_gpus: float = Field(0.0, ge=0, description="GPUs reserved per replica.")
     memory_bytes: int | None = Field(None, gt=0, description="Memory reserved per replica, in bytes.")
+    resources: dict[str, float] = Field(
+        default_factory=dict,
+        description="Ray custom resources reserved per replica (units; e.g. {cosmos_streams_db: 1} pins the "
+        "stream worker to the KubeRay worker group that offers it, the one that mounts the stream database).",
+    )
     max_ongoing_requests: int = Field(8, ge=1, description="Requests one replica runs at once.")
     max_queued_requests: int = Field(-1, ge=-1, description="Requests queued for the deployment (-1: unbounded).")
     health_check_period_s: float = Field(10.0, gt=0, description="Seconds between replica health checks.")
@@ -346,6 +351,8 @@ class DeploymentOptions(_Model):
         actor: dict[str, Any] = {"num_cpus": self.num_cpus, "num_gpus": self.num_gpus}
         if self.memory_bytes:
             actor["memory"] = self.memory_bytes
+        if self.resources:
+            actor["resources"] = dict(self.resources)
         opts: dict[str, Any] = {
             "ray_actor_options": actor,
             "max_ongoing_requests": self.max_ongoing_requests,

@@ -19,7 +19,7 @@ import httpx
 
 from serve_app.config import SourcesConfig
 from serve_app.errors import PayloadTooLargeError, UnprocessableClipError, UpstreamTimeoutError
-from serve_app.sources import CheckedURL, check_url
+from serve_app.sources import CheckedURL, check_url, tls_verify
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ def fetch_url(url: str, sources: SourcesConfig, max_bytes: int, *, resolve=None)
         pool=sources.url_connect_timeout_s,
     )
     kwargs = {} if resolve is None else {"resolve": resolve}
-    with httpx.Client(timeout=timeout, follow_redirects=False, trust_env=False) as client:
+    with httpx.Client(timeout=timeout, follow_redirects=False, trust_env=False, verify=tls_verify()) as client:
         for _hop in range(sources.url_max_redirects + 1):
             checked = check_url(url, sources, **kwargs)
             if checked.scheme not in ("http", "https"):
@@ -74,12 +74,12 @@ def _get(
     client: httpx.Client, checked: CheckedURL, max_bytes: int, deadline: float, sources: SourcesConfig
 ) -> bytes | str:
     """One GET to the checked addresses: the body, or a redirect's ``Location``."""
-    extensions = {"sni_hostname": checked.host} if checked.scheme == "https" else {}
-    headers = {"Host": checked.host_header, "Accept": "video/*, application/octet-stream;q=0.9, */*;q=0.5"}
     last_error: Exception | None = None
     for address in checked.addresses:
+        pinned = checked.pinned(address)
+        headers = {**pinned.headers, "Accept": "video/*, application/octet-stream;q=0.9, */*;q=0.5"}
         try:
-            with client.stream("GET", checked.with_address(address), headers=headers, extensions=extensions) as r:
+            with client.stream("GET", pinned.url, headers=headers, extensions=pinned.extensions) as r:
                 if r.status_code in _REDIRECTS and r.headers.get("location"):
                     return r.headers["location"]
                 if r.status_code >= 400:

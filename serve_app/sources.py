@@ -5,9 +5,13 @@ bytes, a local path that must resolve (``..`` and symlinks followed) inside
 one of the configured allowed roots, or a URL (``http``, ``https``,
 ``rtsp``) whose host must resolve to public addresses unless the config
 allows private networks. The checks run where the source is read (the
-decoder replica); :mod:`serve_app.fetch` and :mod:`serve_app.capture`
-connect to the very address checked here, so a DNS answer that changes
-between check and use (DNS rebinding) cannot redirect them inside.
+decoder replica). Everything that connects to a URL connects to the very
+address checked here (:meth:`CheckedURL.pinned` for httpx: :mod:`serve_app.fetch`,
+:mod:`serve_app.webhook`, :mod:`serve_app.http_source`; the RTSP relay for
+:mod:`serve_app.capture` and :mod:`serve_app.stream_reader`), never to the
+name again, so a DNS answer that changes between check and use (DNS
+rebinding) cannot redirect it inside; https still sends the name as SNI and
+verifies the certificate against the name.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import dataclasses
 import ipaddress
 import stat
 import socket
+import ssl
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -30,6 +35,15 @@ from serve_app.errors import (
 
 #: Default ports of the URL schemes (RFC 9110, RFC 7826).
 DEFAULT_PORTS = {"http": 80, "https": 443, "rtsp": 554}
+
+#: How ``https`` connections (clip URLs, cameras, webhooks) verify server certificates: True =
+#: httpx's default CA bundle (certifi); the https tests put an ``ssl.SSLContext`` trusting their own CA here.
+TLS_VERIFY: ssl.SSLContext | bool = True
+
+
+def tls_verify() -> ssl.SSLContext | bool:
+    """httpx's ``verify`` for https connections to checked URLs (:data:`TLS_VERIFY`, read at each call)."""
+    return TLS_VERIFY
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,6 +183,42 @@ class CheckedURL:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return host if self.port == DEFAULT_PORTS.get(self.scheme) else f"{host}:{self.port}"
 
+    def pinned(self, address: str | None = None) -> PinnedRequest:
+        """How an httpx request reaches ``address`` (default: the first checked one) and nothing else.
+
+        The URL names the address itself, so httpx does no lookup of its own (a DNS answer that
+        changed since the check cannot send it elsewhere); the ``Host`` header keeps the name,
+        and for ``https`` httpcore's ``sni_hostname`` request extension makes TLS send the name
+        as SNI and verify the certificate against the name, not the address
+        (httpcore ``_async/connection.py``: ``server_hostname=sni_hostname or origin host``).
+
+        Raises:
+            ValueError: ``address`` is not one of :attr:`addresses`.
+        """
+        address = self.addresses[0] if address is None else address
+        if address not in self.addresses:
+            raise ValueError(f"{address} is not a checked address of {self.host}")
+        return PinnedRequest(
+            url=self.with_address(address),
+            headers={"Host": self.host_header},
+            extensions={"sni_hostname": self.host} if self.scheme == "https" else {},
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class PinnedRequest:
+    """The parts of an httpx request pinned to a checked address (:meth:`CheckedURL.pinned`).
+
+    Attributes:
+        url: the URL with the checked address as its host.
+        headers: ``Host`` (the original host name, and port when not the scheme's default).
+        extensions: ``{"sni_hostname": host}`` for https, else empty (httpcore request extensions).
+    """
+
+    url: str
+    headers: dict[str, str]
+    extensions: dict[str, str]
+
 
 def address_kind(address: str) -> str | None:
     """Why ``address`` is not a public unicast address (e.g. ``"loopback"``), or None if it is.
@@ -188,16 +238,18 @@ def address_kind(address: str) -> str | None:
     return None
 
 
-def check_url(url: str, sources: SourcesConfig, *, resolve=socket.getaddrinfo) -> CheckedURL:
+def check_url(url: str, sources: SourcesConfig, *, resolve=None) -> CheckedURL:
     """Checks a ``video_url`` against the scheme and network rules and resolves its host.
 
     Args:
         url: the URL.
         sources: the sources config (allowed schemes, private-network policy).
-        resolve: ``socket.getaddrinfo``-compatible resolver (tests inject one).
+        resolve: ``socket.getaddrinfo``-compatible resolver (tests inject one); None:
+            ``socket.getaddrinfo`` as it is at call time.
 
     Returns:
-        The checked URL with the addresses it may connect to.
+        The checked URL with the addresses it may connect to; connect to those only
+        (:meth:`CheckedURL.pinned`), never to the name again.
 
     Raises:
         InvalidRequestError (400): not a URL with a host, or a port out of range.
@@ -226,10 +278,10 @@ def check_url(url: str, sources: SourcesConfig, *, resolve=socket.getaddrinfo) -
         raise InvalidRequestError("video_url has no host", param="video_url")
     port = port or DEFAULT_PORTS[scheme]
     try:
-        infos = resolve(host, port, 0, socket.SOCK_STREAM)
+        infos = (resolve or socket.getaddrinfo)(host, port, 0, socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError, OSError) as e:
         raise UnprocessableClipError(f"cannot resolve the video_url host {host!r} ({e})", param="video_url") from None
-    addresses = tuple(dict.fromkeys(info[4][0] for info in infos))
+    addresses = tuple(dict.fromkeys(str(info[4][0]) for info in infos))
     if not addresses:
         raise UnprocessableClipError(f"the video_url host {host!r} has no address", param="video_url")
     if not sources.allow_private_networks:

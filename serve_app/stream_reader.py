@@ -10,8 +10,10 @@ twice.
 Sources (each checked as one-off clips are, :mod:`serve_app.sources`):
 
 * a path under ``sources.allowed_roots``; ``loop: true`` replays it in real time, forever;
-* ``rtsp://``: TCP-interleaved RTP, connecting to the checked address (:mod:`serve_app.capture`'s options);
-* ``http(s)://``: progressive MP4, MPEG-TS or MJPEG read as it arrives.
+* ``rtsp://``: TCP-interleaved RTP through a relay pinned to the checked address, redirects refused
+  (:mod:`serve_app.rtsp_relay`, as :mod:`serve_app.capture` does);
+* ``http(s)://``: progressive MP4, MPEG-TS or MJPEG read as it arrives, over a connection pinned to
+  the checked address (:mod:`serve_app.http_source`; TLS verified for the host name).
 
 Failures (refused, stalled past ``streams.read_timeout_s``, the stream ended) are reported and
 retried after :class:`~serve_app.stream_core.Backoff` delays; errors retrying cannot fix (a
@@ -33,9 +35,11 @@ import numpy as np
 from serve_app.config import AppConfig
 from serve_app.container import configure_decoder, video_stream
 from serve_app.decoder import DecodedClip
-from serve_app.errors import ServeAppError, UnprocessableClipError, UnsupportedMediaError
+from serve_app.errors import ServeAppError, UnsupportedMediaError
 from serve_app.frames import FrameStore
 from serve_app.frame_sampling import even_frame_count
+from serve_app.http_source import PinnedHttpBody
+from serve_app.rtsp_relay import RtspRelay
 from serve_app.sources import check_url, resolve_local_path
 from serve_app.stream_core import Backoff, Window, WindowCutter
 from serve_app.stream_protocol import StreamCreate, StreamState
@@ -88,34 +92,21 @@ class _Converter:
 HTTP_FORMATS = ("mov,mp4,m4a,3gp,3g2,mj2", "mpegts", "mpjpeg", "mjpeg")
 
 
-def sniff_http_format(url: str, host_header: str, connect_timeout_s: float, read_timeout_s: float) -> str:
-    """The FFmpeg demuxer for an ``http(s)://`` live source, from its first bytes (redirects refused).
+def sniff_http_format(head: bytes, content_type: str) -> str:
+    """The FFmpeg demuxer for an ``http(s)://`` live source, from its first bytes and ``Content-Type``.
 
     Progressive MP4 (``ftyp``/``moov``/``mdat`` box), MPEG-TS (sync byte 0x47 every 188 bytes),
     MJPEG over HTTP (``multipart/x-mixed-replace``, or raw JPEG ``FF D8``). Anything else, notably
     an HLS playlist (``#EXTM3U``, whose segment URLs would not pass the source checks), is refused.
 
-    Raises:
-        UnsupportedMediaError (415): not one of those formats (HLS included), or an HTTP redirect.
-        UnprocessableClipError (422): the server answered with an error status.
-    """
-    import httpx
+    Args:
+        head: the body's first bytes (400 or more when the body has them).
+        content_type: the ``Content-Type`` header, lower case ("" when absent).
 
-    timeout = httpx.Timeout(read_timeout_s, connect=connect_timeout_s)
-    with httpx.stream("GET", url, headers={"host": host_header}, timeout=timeout, follow_redirects=False) as r:
-        if 300 <= r.status_code < 400:
-            raise UnsupportedMediaError(
-                "the camera URL redirects; give the final URL (redirects are not followed for live streams)",
-                param="url",
-            )
-        if r.status_code >= 400:
-            raise UnprocessableClipError(f"the camera URL answered HTTP {r.status_code}", param="url")
-        ctype = r.headers.get("content-type", "").lower()
-        head = b""
-        for chunk in r.iter_bytes():
-            head += chunk
-            if len(head) >= 400:
-                break
+    Raises:
+        UnsupportedMediaError (415): not one of those formats (HLS included).
+    """
+    ctype = content_type
     if ctype.startswith("multipart/x-mixed-replace"):
         return "mpjpeg"
     if head[4:8] in (b"ftyp", b"moov", b"mdat", b"free", b"wide"):
@@ -200,6 +191,7 @@ class CameraReader:
         self._last_t = 0.0
         self._last_wall = 0.0
         self.reconnects = 0
+        self._source: RtspRelay | PinnedHttpBody | None = None  # what the open container reads through
 
     def start(self) -> None:
         self._thread.start()
@@ -247,6 +239,14 @@ class CameraReader:
                     return
 
     def _open(self) -> av.container.InputContainer:
+        """Opens the source; network sources connect to the checked address only.
+
+        ``rtsp://`` goes through an :class:`~serve_app.rtsp_relay.RtspRelay` pinned to the checked
+        address (FFmpeg's RTSP client would follow a redirect anywhere); ``http(s)://`` is read by
+        a :class:`~serve_app.http_source.PinnedHttpBody` (no second lookup, redirects refused, TLS
+        verified for the host name) that PyAV demuxes as a file. Both are closed with the container
+        (:meth:`_close_source`).
+        """
         cfg, url = self.config, self.spec.url
         s = cfg.streams
         timeout = (cfg.sources.rtsp_open_timeout_s, s.read_timeout_s)
@@ -258,24 +258,41 @@ class CameraReader:
                         "rtsp_transport": "tcp",
                         "timeout": str(int(s.read_timeout_s * 1e6)),
                         "analyzeduration": "1000000",
+                        # FFmpeg speaks RTSP over plain TCP to the relay on loopback, and nothing else
+                        "format_whitelist": "rtsp",
+                        "protocol_whitelist": "tcp",
                     }
-                    return av.open(checked.with_address(checked.addresses[0]), options=opts, timeout=timeout)
-                target = checked.with_address(checked.addresses[0]) if checked.scheme == "http" else url
-                fmt = sniff_http_format(
-                    target, checked.host_header, cfg.sources.url_connect_timeout_s, s.read_timeout_s
-                )
-                opts = {"rw_timeout": str(int(s.read_timeout_s * 1e6))}
-                if checked.scheme == "http":
-                    opts["headers"] = f"Host: {checked.host_header}\r\n"
+                    relay = RtspRelay(checked.addresses[0], checked.port, cfg.sources.rtsp_open_timeout_s)
+                    self._source = relay.__enter__()
+                    try:
+                        return av.open(relay.url(checked.url), options=opts, timeout=timeout)
+                    except (av.error.FFmpegError, OSError):
+                        if relay.redirect is not None:
+                            raise PermanentSourceError(
+                                "the camera answered with a redirect to another address; RTSP redirects are not "
+                                "followed (register the address that serves the stream)"
+                            ) from None
+                        raise
+                body = PinnedHttpBody(checked, cfg.sources.url_connect_timeout_s, s.read_timeout_s)
+                self._source = body
+                fmt = sniff_http_format(body.peek(400), body.content_type)
                 # The format is forced: FFmpeg never probes the body as a playlist that opens further URLs.
-                return av.open(target, format=fmt, options=opts, timeout=timeout)
+                return av.open(body, mode="r", format=fmt, timeout=timeout)
             path = resolve_local_path(url, cfg.sources.allowed_roots, cfg.limits.max_upload_bytes)
             return av.open(str(path))
-        except ServeAppError as e:
-            e.message = e.message.replace("video_url", "url").replace("video_path", "url")
-            if e.status in PERMANENT_STATUSES:
-                raise PermanentSourceError(e.message) from None
+        except BaseException as e:
+            self._close_source()
+            if isinstance(e, ServeAppError):
+                e.message = e.message.replace("video_url", "url").replace("video_path", "url")
+                if e.status in PERMANENT_STATUSES:
+                    raise PermanentSourceError(e.message) from None
             raise
+
+    def _close_source(self) -> None:
+        """Closes the relay or HTTP body of the last :meth:`_open` (idempotent)."""
+        source, self._source = self._source, None
+        if source is not None:
+            source.close()
 
     def _read_once(self) -> bool:
         """One connection: decode until the source ends or fails. Returns whether frames arrived."""
@@ -327,6 +344,7 @@ class CameraReader:
             raise
         finally:
             container.close()
+            self._close_source()
 
     def _emit(self, window: Window[np.ndarray], source_fps: float | None) -> None:
         if not window.frames:

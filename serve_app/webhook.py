@@ -2,10 +2,13 @@
 
 Each delivery is its own asyncio task; a stream's answer loop only schedules it. The URL is
 checked like a clip URL (:func:`serve_app.sources.check_url`: scheme, private-network policy,
-every address) at registration and again at each delivery, and ``http://`` connects to the
-checked address (the ``Host`` header keeps the name), so a DNS answer that changes cannot
-redirect it inside. Redirects are not followed. At most ``MAX_IN_FLIGHT`` deliveries run at
-once; beyond that an alert's delivery is skipped and counted.
+every address) at registration and again at each delivery, and the delivery connects to the
+checked address (:meth:`serve_app.sources.CheckedURL.pinned`: the ``Host`` header keeps the
+name; for ``https://`` TLS sends the name as SNI and verifies the certificate against it), so a
+DNS answer that changes between the check and the connection cannot redirect it inside. No
+proxy from the environment is used (it would resolve the name itself). Redirects are not
+followed. At most ``MAX_IN_FLIGHT`` deliveries run at once; beyond that an alert's delivery is
+skipped and counted.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from pydantic import BaseModel
 
 from serve_app.config import AppConfig
 from serve_app.errors import ServeAppError
-from serve_app.sources import check_url
+from serve_app.sources import check_url, tls_verify
 from serve_app.stream_core import Backoff
 
 logger = logging.getLogger("ray.serve")
@@ -32,7 +35,8 @@ class Webhooks:
 
     Args:
         config: the application config (``sources`` for URL checks, ``streams.webhook_*``).
-        transport: an httpx transport (tests); None: the network.
+        transport: an httpx transport (tests); None: the network, https certificates verified
+            as :func:`serve_app.sources.tls_verify` says (httpx's default CA bundle, certifi).
     """
 
     def __init__(self, config: AppConfig, transport: httpx.AsyncBaseTransport | None = None):
@@ -63,14 +67,20 @@ class Webhooks:
         for attempt in range(s.webhook_retries + 1):
             try:
                 checked = await asyncio.to_thread(check_url, url, self.config.sources)
-                target, headers = url, {"content-type": "application/json"}
-                if checked.scheme == "http":
-                    target = checked.with_address(checked.addresses[0])
-                    headers["host"] = checked.host_header
+                pinned = checked.pinned()
                 async with httpx.AsyncClient(
-                    transport=self.transport, timeout=s.webhook_timeout_s, follow_redirects=False
+                    transport=self.transport,
+                    timeout=s.webhook_timeout_s,
+                    follow_redirects=False,
+                    trust_env=False,
+                    verify=tls_verify(),
                 ) as client:
-                    r = await client.post(target, content=body, headers=headers)
+                    r = await client.post(
+                        pinned.url,
+                        content=body,
+                        headers={**pinned.headers, "content-type": "application/json"},
+                        extensions=pinned.extensions,
+                    )
                 if r.status_code < 300:
                     self.delivered += 1
                     return

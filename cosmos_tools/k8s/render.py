@@ -9,13 +9,20 @@ carries it as ``serveConfigV2`` (a YAML string) whose first line names the file
    KubeRay's Serve Service and its worker readiness probe use (the container
    port named ``serve``). Other ``http_options`` keys pass through.
 2. Every application's ``args`` must load as :class:`serve_app.config.AppConfig`
-   and then pass through **unchanged**, so the cluster runs the same application.
+   and then pass through **unchanged** (but for rule 4), so the cluster runs the same application.
 3. Settings that only make sense on the machine that holds the file are
    refused: a relative local ``model.model_id`` and relative
    ``sources.allowed_roots`` (relative to what, inside a pod?). A generated
    checkpoint (``model.checkpoint``) is accepted only with an absolute
    ``model_id``: the pod builds it there (the CPU smoke test's random weights).
-4. Everything else (``proxy_location``, ``logging_config``, …) passes through.
+4. The stream database goes on its volume, and the stream worker next to it: every
+   application's ``args.streams.db_path`` becomes :data:`STREAMS_DB_PATH` (on the
+   PersistentVolumeClaim that the ``streams`` worker group mounts at :data:`STREAMS_MOUNT`,
+   k8s/base/rayservice.yaml) and ``args.stream_worker.resources`` asks for one unit of
+   :data:`STREAMS_RESOURCE`, the Ray custom resource only that group's single pod offers. A
+   config that names another ``db_path``, or more than one stream-worker replica (the volume
+   is ReadWriteOnce), is refused. Apart from these two keys, ``args`` pass through unchanged.
+5. Everything else (``proxy_location``, ``logging_config``, …) passes through.
 """
 
 from __future__ import annotations
@@ -35,6 +42,12 @@ ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CONFIG = "configs/a100.yaml"
 #: Serve's HTTP port on KubeRay: the container port named ``serve`` (KubeRay's default).
 SERVE_PORT = 8000
+#: Where the ``streams`` worker group mounts the stream database's PersistentVolumeClaim (k8s/base/rayservice.yaml).
+STREAMS_MOUNT = "/data/streams"
+#: ``streams.db_path`` on KubeRay: the SQLite file on that volume.
+STREAMS_DB_PATH = f"{STREAMS_MOUNT}/streams.sqlite"
+#: Ray custom resource that only the ``streams`` group's pod offers (1 unit); the stream worker asks for it.
+STREAMS_RESOURCE = "cosmos_streams_db"
 HEADER = "# Generated from {source} by `python -m cosmos_tools.k8s render {source}`: edit the config, not this block.\n"
 _HEADER_RE = re.compile(r"^# Generated from (?P<source>\S+) by ")
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -86,9 +99,37 @@ def render_serve_config(doc: Mapping[str, Any], source: str = DEFAULT_CONFIG) ->
         relative = [r for r in config.sources.allowed_roots if not r.startswith("/")]
         if relative:
             raise RenderError(f"{where}.args.sources.allowed_roots {relative} must be absolute paths inside the pod")
+        app["args"] = _place_streams(dict(app.get("args") or {}), config, where)
     return HEADER.format(source=source) + yaml.safe_dump(
         out, sort_keys=False, default_flow_style=False, width=120, allow_unicode=True
     )
+
+
+def _place_streams(args: dict[str, Any], config: AppConfig, where: str) -> dict[str, Any]:
+    """``args`` with the stream database on its volume and the stream worker pinned next to it (rule 4).
+
+    Raises:
+        RenderError: the config names another ``streams.db_path``, or more than one stream-worker replica.
+    """
+    if config.streams.db_path not in (None, STREAMS_DB_PATH):
+        raise RenderError(
+            f"{where}.args.streams.db_path={config.streams.db_path!r}: on KubeRay the stream database is "
+            f"{STREAMS_DB_PATH}, on the volume of the `streams` worker group; leave db_path unset (the render "
+            "sets it) or set that path"
+        )
+    worker = config.stream_worker
+    if worker.autoscaling_config is not None or (worker.num_replicas or 1) != 1:
+        raise RenderError(
+            f"{where}.args.stream_worker: one replica only on KubeRay (num_replicas: 1, no autoscaling_config): "
+            "the stream database's volume is ReadWriteOnce and one worker reads every camera"
+        )
+    streams = dict(args.get("streams") or {})
+    streams["db_path"] = STREAMS_DB_PATH
+    # what the config sets, or its defaults (num_cpus 0.5 …) when it has no stream_worker section: a
+    # section holding only `resources` would otherwise take DeploymentOptions' plain defaults (1 CPU)
+    stream_worker = {**worker.model_dump(mode="json", exclude_unset=True), **(args.get("stream_worker") or {})}
+    stream_worker["resources"] = {**(stream_worker.get("resources") or {}), STREAMS_RESOURCE: 1}
+    return {**args, "streams": streams, "stream_worker": stream_worker}
 
 
 def display_path(path: str | Path) -> str:

@@ -4,7 +4,8 @@ Each rule guards a failure that schemas cannot see: a ``serveConfigV2`` that
 drifted from its config, a head that runs replicas, a CPU pod whose Ray sees a
 GPU, a GPU group without a GPU, a pod evicted for its own cache, an ingress
 without its API key, an immutable Job that blocks the next apply, two list
-entries with one key (the API server keeps one of them, silently).
+entries with one key (the API server keeps one of them, silently), a stream
+database that is not on a volume of the pod that runs the stream worker.
 """
 
 from __future__ import annotations
@@ -67,6 +68,37 @@ def ray_resources(group: Mapping[str, Any]) -> tuple[float, float]:
     cpus = float(params["num-cpus"]) if "num-cpus" in params else math.ceil(quantity(limits.get("cpu", 0)))
     gpus = float(params["num-gpus"]) if "num-gpus" in params else quantity(limits.get(GPU_RESOURCE, 0))
     return cpus, gpus
+
+
+def custom_resources(group: Mapping[str, Any]) -> dict[str, float]:
+    """Ray custom resources one pod of the group offers: ``rayStartParams.resources``, KubeRay's
+    ``'"{\\"name\\": units}"'`` (a JSON object inside quotes, passed to ``ray start --resources``).
+
+    Raises:
+        ValueError: the value is not a JSON object of numbers.
+    """
+    import json
+
+    text = str((group.get("rayStartParams") or {}).get("resources", "")).strip()
+    if not text:
+        return {}
+    parsed = json.loads(text.strip('"').replace('\\"', '"'))
+    if not isinstance(parsed, dict) or not all(isinstance(v, (int, float)) for v in parsed.values()):
+        raise ValueError(f"rayStartParams.resources {text!r} is not a JSON object of numbers")
+    return {str(k): float(v) for k, v in parsed.items()}
+
+
+def volume_at(group: Mapping[str, Any], path: str) -> tuple[str, dict[str, Any]] | None:
+    """The volume mounted (in the group's Ray container) at the deepest mount path that holds ``path``:
+    ``(mountPath, volume)``, or None when no mount holds it."""
+    spec = group.get("template", {}).get("spec", {})
+    volumes = {v.get("name"): v for v in spec.get("volumes") or []}
+    best: tuple[str, dict[str, Any]] | None = None
+    for mount in ray_container(group).get("volumeMounts") or []:
+        where = str(mount.get("mountPath", "")).rstrip("/")
+        if path.startswith(where + "/") and (best is None or len(where) > len(best[0])):
+            best = (where, volumes.get(mount.get("name"), {}))
+    return best
 
 
 def wants_gpu(group: Mapping[str, Any]) -> bool:
@@ -148,6 +180,7 @@ def check_project_rules(
         problems += _group_problems(label, name, group)
     apps = _app_configs(actual)
     problems += _capacity_problems(label, all_groups[1:], apps)
+    problems += _stream_db_problems(label, all_groups[1:], apps)
     warnings += _api_key_warnings(label, all_groups[1:], apps)
     return problems, warnings
 
@@ -201,7 +234,7 @@ def _capacity_problems(
     pods = [(name, *ray_resources(g), int(g.get("maxReplicas", 2**31 - 1))) for name, g in workers]
     problems, need_cpus, need_gpus = [], 0.0, 0.0
     for app_name, config in apps:
-        for dep_name in ("ingress", "decoder", "model_replica"):
+        for dep_name in ("ingress", "decoder", "model_replica", "stream_worker"):
             options: DeploymentOptions = getattr(config, dep_name)
             if not any(cpus >= options.num_cpus and gpus >= options.num_gpus for _, cpus, gpus, _ in pods):
                 problems.append(
@@ -217,6 +250,63 @@ def _capacity_problems(
             f"{label}: at their max replicas the deployments need {need_cpus:g} CPUs and {need_gpus:g} GPUs, "
             f"the worker groups at maxReplicas give Ray {have_cpus:g} CPUs and {have_gpus:g} GPUs"
         )
+    return problems
+
+
+def _stream_db_problems(
+    label: str, workers: list[tuple[str, dict[str, Any]]], apps: list[tuple[str, AppConfig]]
+) -> list[str]:
+    """The stream worker lands only on pods that mount its database's PersistentVolumeClaim, one pod at most.
+
+    Each app's ``stream_worker.resources`` must be offered by some worker group, every group that
+    offers them must mount a ``persistentVolumeClaim`` volume over ``streams.db_path`` and run one
+    pod at most (``maxReplicas: 1``: the claim is ReadWriteOnce), and the stream worker must run
+    one replica.
+    """
+    problems: list[str] = []
+    for app_name, config in apps:
+        db_path = config.streams.db_path
+        worker = config.stream_worker
+        if not db_path or not db_path.startswith("/"):
+            problems.append(
+                f"{label}: {app_name}: streams.db_path {db_path!r} is not an absolute path on a volume: registered "
+                "streams would be lost with the pod (render the config: it sets the path)"
+            )
+            continue
+        if not worker.resources:
+            problems.append(
+                f"{label}: {app_name}: stream_worker asks for no custom resource, so it may land on a pod "
+                f"without the volume that holds {db_path}"
+            )
+            continue
+        hosts = []
+        for name, group in workers:
+            try:
+                offered = custom_resources(group)
+            except ValueError as exc:
+                problems.append(f"{label}: {name}: {exc}")
+                continue
+            if all(offered.get(k, 0.0) >= units for k, units in worker.resources.items()):
+                hosts.append((name, group))
+        if not hosts:
+            problems.append(
+                f"{label}: {app_name}: no worker group offers {worker.resources} (rayStartParams.resources) for "
+                "the stream worker"
+            )
+        for name, group in hosts:
+            found = volume_at(group, db_path)
+            if found is None or "persistentVolumeClaim" not in found[1]:
+                problems.append(
+                    f"{label}: {name} runs the stream worker but mounts no PersistentVolumeClaim over "
+                    f"streams.db_path {db_path}: registered streams would be lost with the pod"
+                )
+            if int(group.get("maxReplicas", 2**31 - 1)) != 1:
+                problems.append(
+                    f"{label}: {name} runs the stream worker: set maxReplicas: 1 (its database volume is "
+                    "ReadWriteOnce and one worker reads every camera)"
+                )
+        if worker.autoscaling_config is not None or (worker.num_replicas or 1) != 1:
+            problems.append(f"{label}: {app_name}: stream_worker must run one replica (num_replicas: 1)")
     return problems
 
 

@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> None:
     """Command line: runs both scenarios on a local Serve and writes the result JSON."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="results/fault-cpu.json")
-    ap.add_argument("--port", type=int, default=8431)
+    ap.add_argument("--port", type=int, default=0, help="Serve's HTTP port on 127.0.0.1 (0: a free one)")
     ap.add_argument("--repeats", type=int, default=3, help="decoder kills to run (one after another)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO)

@@ -25,7 +25,7 @@ def add_serve_options(ap: argparse.ArgumentParser, port: int, out: str) -> None:
     ``--cameras`` and ``--object-store-mb``."""
     ap.add_argument("--config", default="configs/cpu.yaml")
     ap.add_argument("--out", default=out)
-    ap.add_argument("--port", type=int, default=port)
+    ap.add_argument("--port", type=int, default=port, help="Serve's HTTP port on 127.0.0.1 (0: a free one)")
     ap.add_argument("--cameras", type=int, default=4)
     ap.add_argument("--object-store-mb", type=int, default=2048,
                     help="Ray object store size (MiB); 0: Ray's default (30%% of RAM)")

@@ -156,7 +156,7 @@ async def run(url: str, args) -> dict:
 def main(argv: list[str] | None = None) -> None:
     """Command line: starts Serve with configs/cpu.yaml's app args, runs both phases, writes JSON."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    harness.add_serve_options(ap, port=8433, out="results/overload-cpu.json")
+    harness.add_serve_options(ap, port=0, out="results/overload-cpu.json")
     ap.add_argument("--capacity-s", type=float, default=60)
     ap.add_argument("--overload-s", type=float, default=90)
     ap.add_argument("--factor", type=float, default=4.0)

@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> None:
         rest.remove("--streams")
         raise SystemExit(streams.main(["soak", *rest]))
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    harness.add_serve_options(ap, port=8434, out="results/soak-cpu.json")
+    harness.add_serve_options(ap, port=0, out="results/soak-cpu.json")
     ap.add_argument("--period-s", type=float, default=10.0, help="seconds between one camera's clips")
     ap.add_argument("--duration-min", type=float, default=30)
     ap.add_argument("--warmup-min", type=int, default=5)

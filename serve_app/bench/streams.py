@@ -243,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("mode", choices=["soak", "faults"])
     ap.add_argument("--config", default="configs/cpu.yaml")
     ap.add_argument("--out", default=None, help="default: results/streams_soak.json or results/stream_faults.json")
-    ap.add_argument("--port", type=int, default=8435)
+    ap.add_argument("--port", type=int, default=0, help="Serve's HTTP port on 127.0.0.1 (0: a free one)")
     ap.add_argument("--cameras", type=int, default=4)
     ap.add_argument("--window-s", type=float, default=2.0)
     ap.add_argument("--fps", type=float, default=2.0)

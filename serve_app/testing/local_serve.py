@@ -84,9 +84,13 @@ def cpu_app_args(**overrides) -> dict:
 
 def start(http_port: int, num_cpus: int = 8, object_store_mb: int | None = None,
           metrics_export_port: int | None = None, log_to_driver: bool = False) -> str:
-    """Starts a local Ray and Serve on ``127.0.0.1:http_port``; returns the base URL.
+    """Starts a new local Ray and Serve on ``127.0.0.1:http_port``; returns the base URL.
+
+    Always a Ray instance of its own (``address="local"``): never one found through ``RAY_ADDRESS``
+    or ``/tmp/ray/ray_current_cluster`` (another engineer's ``ray start`` on the same machine).
 
     Args:
+        http_port: Serve's HTTP port on 127.0.0.1; 0: a free port (:func:`free_port`).
         num_cpus: logical CPUs Ray declares (over-declared on small machines so small replica asks fit).
         object_store_mb: size of Ray's shared-memory object store (None: Ray's default, 30 % of RAM).
             Decoded clips live there; every page of it a process has touched counts in that process's RSS.
@@ -96,8 +100,10 @@ def start(http_port: int, num_cpus: int = 8, object_store_mb: int | None = None,
     from ray import serve
 
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    http_port = http_port or free_port()
     kwargs: dict[str, Any] = {} if metrics_export_port is None else {"_metrics_export_port": metrics_export_port}
     ray.init(
+        address="local",
         num_cpus=num_cpus,
         include_dashboard=False,
         log_to_driver=log_to_driver,

@@ -20,6 +20,7 @@ import yaml
 
 from cosmos_tools.k8s import check, kustomize, render, rules, schema
 from cosmos_tools.k8s.__main__ import main
+from serve_app.config import AppConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "k8s"
@@ -87,13 +88,13 @@ def test_every_build_passes_the_check():
 
 def test_overlays_add_their_weight_source_and_images(builds):
     kinds = {name: sorted(o["kind"] for o in objs) for name, objs in builds.items()}
-    with_hub = ["RayService", "Secret", "Secret"]
+    with_hub = ["PersistentVolumeClaim", "RayService", "Secret", "Secret"]  # the claim: the stream database
     assert kinds == {
-        "base": ["RayService", "Secret"],
-        "overlays/cpu-smoke": ["RayService", "Secret"],
+        "base": ["PersistentVolumeClaim", "RayService", "Secret"],
+        "overlays/cpu-smoke": ["PersistentVolumeClaim", "RayService", "Secret"],
         **{f"overlays/{p}": with_hub for p in PLATFORMS},
         "overlays/hub-token": with_hub,
-        "overlays/pvc-cache": ["Job", "PersistentVolumeClaim", "RayService", "Secret"],
+        "overlays/pvc-cache": ["Job", "PersistentVolumeClaim", "PersistentVolumeClaim", "RayService", "Secret"],
     }
     for name in ("overlays/hub-token", "overlays/pvc-cache"):
         service = service_of(builds[name])
@@ -157,7 +158,7 @@ def test_cpu_smoke_overlay_runs_the_smoke_config_without_a_gpu(builds):
     objects = builds["overlays/cpu-smoke"]
     service = service_of(objects)
     groups = service["spec"]["rayClusterConfig"]["workerGroupSpecs"]
-    assert [g["groupName"] for g in groups] == ["cpu-decode"]
+    assert [g["groupName"] for g in groups] == ["cpu-decode", "streams"]
     assert set(re.findall(r"image: (\S+)", yaml.safe_dump(objects))) == {CPU_IMAGE}
     assert "nvidia.com/gpu" not in yaml.safe_dump(objects)
     serve_config = service["spec"]["serveConfigV2"]
@@ -168,6 +169,63 @@ def test_cpu_smoke_overlay_runs_the_smoke_config_without_a_gpu(builds):
         assert service["spec"][key] == base[key]
     for key in ("authOptions", "enableInTreeAutoscaling", "autoscalerOptions", "rayVersion"):
         assert service["spec"]["rayClusterConfig"][key] == base["rayClusterConfig"][key]
+
+
+def test_every_build_mounts_the_stream_database_where_db_path_points(builds):
+    """streams.db_path lies on a ReadWriteOnce claim of the build, mounted by the one pod that offers the
+    custom resource the stream worker asks for (so registered cameras outlive the pod)."""
+    for name in BUILDS:
+        service = service_of(builds[name])
+        args = yaml.safe_load(service["spec"]["serveConfigV2"])["applications"][0]["args"]
+        db_path = args["streams"]["db_path"]
+        asks = AppConfig.model_validate(args).stream_worker.resources
+        assert db_path == "/data/streams/streams.sqlite" and asks == {"cosmos_streams_db": 1.0}, name
+        hosts = [
+            g for g in service["spec"]["rayClusterConfig"]["workerGroupSpecs"]
+            if all(rules.custom_resources(g).get(k, 0) >= v for k, v in asks.items())
+        ]  # fmt: skip
+        assert [g["groupName"] for g in hosts] == ["streams"], name
+        (host,) = hosts
+        assert host["minReplicas"] == host["maxReplicas"] == host["replicas"] == 1
+        mount = next(m for m in host["template"]["spec"]["containers"][0]["volumeMounts"] if m["name"] == "streams-db")
+        assert db_path.startswith(mount["mountPath"].rstrip("/") + "/"), name
+        volume = next(v for v in host["template"]["spec"]["volumes"] if v["name"] == mount["name"])
+        claims = {o["metadata"]["name"]: o for o in builds[name] if o["kind"] == "PersistentVolumeClaim"}
+        claim = claims[volume["persistentVolumeClaim"]["claimName"]]
+        assert claim["spec"]["accessModes"] == ["ReadWriteOnce"], name
+
+
+def _streams_group_without(rayservice: dict, what: str) -> dict:
+    g = group(rayservice, "streams")
+    if what == "mount":
+        container = g["template"]["spec"]["containers"][0]
+        container["volumeMounts"] = [m for m in container["volumeMounts"] if m["name"] != "streams-db"]
+    elif what == "claim":
+        g["template"]["spec"]["volumes"][1] = {"name": "streams-db", "emptyDir": {"sizeLimit": "1Gi"}}
+    elif what == "single pod":
+        g["maxReplicas"] = 2
+    elif what == "resource":
+        del g["rayStartParams"]["resources"]
+    return rayservice
+
+
+@pytest.mark.parametrize("what, message", [
+    ("mount", "mounts no PersistentVolumeClaim over streams.db_path /data/streams/streams.sqlite"),
+    ("claim", "mounts no PersistentVolumeClaim over streams.db_path"),
+    ("single pod", "streams runs the stream worker: set maxReplicas: 1"),
+    ("resource", "no worker group offers {'cosmos_streams_db': 1.0}"),
+])  # fmt: skip
+def test_a_stream_database_off_its_volume_fails_the_check(rayservice, what, message):
+    problems = problems_of(_streams_group_without(rayservice, what))
+    assert any(message in p for p in problems), problems
+
+
+def test_custom_resources_parse_kuberays_quoted_json():
+    kuberay = '"{\\"a\\": 1, \\"b\\": 0.5}"'  # as in rayservice.yaml: JSON inside quotes, quotes escaped
+    assert rules.custom_resources({"rayStartParams": {"resources": kuberay}}) == {"a": 1, "b": 0.5}
+    assert rules.custom_resources({"rayStartParams": {}}) == {}
+    with pytest.raises(ValueError, match="not a JSON object of numbers"):
+        rules.custom_resources({"rayStartParams": {"resources": '"[1]"'}})
 
 
 # ------------------------------------------------------- builds and local files
@@ -398,11 +456,11 @@ def test_too_small_worker_groups_fail(rayservice, tmp_path):
         args[d]["num_cpus"]
         * (args[d].get("autoscaling_config") or {}).get("max_replicas", args[d].get("num_replicas") or 1)
         for d in ("ingress", "decoder", "model_replica")
-    )
-    assert need > 40
+    ) + AppConfig().stream_worker.num_cpus  # one stream worker (not in the config: its default)
+    assert need > 44
     assert problems == [
         f"RayService/cosmos-serve: at their max replicas the deployments need {need:g} CPUs and 1 GPUs, "
-        "the worker groups at maxReplicas give Ray 40 CPUs and 4 GPUs"
+        "the worker groups at maxReplicas give Ray 44 CPUs and 4 GPUs"
     ]
 
 

@@ -22,8 +22,42 @@ def test_render_keeps_the_application_and_translates_http_options():
     doc["http_options"] = {"host": "127.0.0.1", "port": 8123, "request_timeout_s": 30}
     rendered = yaml.safe_load(k8s.render_serve_config(doc))
     assert rendered["http_options"] == {"host": "0.0.0.0", "port": 8000, "request_timeout_s": 30}
-    assert rendered["applications"] == doc["applications"]  # args pass through unchanged
+    # args pass through unchanged, but for the stream database's place (rule 4)
+    args = rendered["applications"][0].pop("args")
+    expected = doc["applications"][0].pop("args")
+    assert rendered["applications"] == doc["applications"]
+    assert args.pop("streams") == {**expected.pop("streams", {}), "db_path": k8s.STREAMS_DB_PATH}
+    # no stream_worker section in the config: its defaults are written out, with the resource ask
+    assert args.pop("stream_worker") == {"num_cpus": 0.5, "num_replicas": 1, "max_ongoing_requests": 256,
+                                         "resources": {k8s.STREAMS_RESOURCE: 1}}
+    assert "stream_worker" not in expected
+    assert args == expected
     assert rendered["proxy_location"] == doc["proxy_location"]
+
+
+def test_render_puts_the_stream_database_on_its_volume_and_keeps_other_stream_settings():
+    doc = a100_doc()
+    doc["applications"][0]["args"]["streams"] = {"max_streams": 8}
+    doc["applications"][0]["args"]["stream_worker"] = {"num_cpus": 2, "resources": {"other": 0.5}}
+    args = yaml.safe_load(k8s.render_serve_config(doc))["applications"][0]["args"]
+    assert args["streams"] == {"max_streams": 8, "db_path": "/data/streams/streams.sqlite"}
+    assert args["stream_worker"] == {"num_cpus": 2, "resources": {"other": 0.5, "cosmos_streams_db": 1}}
+
+
+@pytest.mark.parametrize(
+    "section, value, message",
+    [
+        ("streams", {"db_path": "./streams.sqlite"}, "on KubeRay the stream database is /data/streams/streams.sqlite"),
+        ("streams", {"db_path": "/tmp/s.sqlite"}, "leave db_path unset"),
+        ("stream_worker", {"num_replicas": 2}, "one replica only on KubeRay"),
+        ("stream_worker", {"autoscaling_config": {"max_replicas": 2}}, "ReadWriteOnce"),
+    ],
+)
+def test_render_refuses_another_stream_database_or_more_stream_workers(section, value, message):
+    doc = a100_doc()
+    doc["applications"][0]["args"][section] = value
+    with pytest.raises(k8s.RenderError, match=message):
+        k8s.render_serve_config(doc)
 
 
 def test_render_starts_with_the_generated_header():

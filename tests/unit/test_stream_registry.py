@@ -311,6 +311,30 @@ def test_webhook_to_private_address_refused_without_permission(tmp_path):
     assert hooks.failed == 1 and hooks.delivered == 0
 
 
+def test_rtsp_stream_redirect_is_refused_and_never_followed(tmp_path):
+    """A camera stream reaches RTSP cameras through the relay pinned to the checked address (as one-off
+    captures do): a 302 to another host fails the stream and the target (on ::1, outside
+    sources.allowed_networks) sees no connection."""
+    cfg = AppConfig.model_validate({
+        "sources": {"allowed_networks": ["127.0.0.1/32"], "rtsp_open_timeout_s": 1.0},
+        "streams": {"db_path": str(tmp_path / "s.sqlite"), "reconnect_initial_s": 0.2, "read_timeout_s": 1.0},
+    })  # fmt: skip
+    with FakeCamera("normal", host="::1") as target, FakeCamera("redirect", redirect_to=target.url) as cam:
+
+        async def main():
+            reg = StreamRegistry(cfg, FakeModel(), StreamStore(cfg.streams.db_path))
+            st = reg.create(StreamCreate(url=cam.url, window_s=0.5, fps=2, questions=["q"]))
+            ok = await wait_for(lambda: reg.status(st.id).state == "failed", 20)
+            s = reg.status(st.id)
+            await reg.close()
+            return ok, s
+
+        ok, s = run(main())
+        assert target.connections == 0 and cam.connections == 1
+    assert ok, s
+    assert "redirect" in s.last_error and "::1" not in s.last_error
+
+
 def test_redact_and_thumbnail():
     assert redact("rtsp://user:pw@cam:554/x") == "rtsp://cam:554/x"
     assert redact("rtsp://cam/x@y") == "rtsp://cam/x@y"
