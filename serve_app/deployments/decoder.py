@@ -28,6 +28,7 @@ from serve_app.fetch import fetch_url
 from serve_app.guards import log_safe
 from serve_app.metrics import DecoderMetrics
 from serve_app.sources import ClipSource, resolve_local_path
+from serve_app.vision_patches import bf16_table
 
 logger = logging.getLogger("ray.serve")
 
@@ -45,6 +46,8 @@ class VideoDecoder:
         workers = max(1, self.config.decoder.max_ongoing_requests)
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="decode")
         self.metrics = DecoderMetrics()
+        if self.config.model.vision_input == "patches":
+            bf16_table()  # imports torch now (~4 s on a fresh replica), not on the first clip
 
     def _decode(self, source: ClipSource, request: FrameSampling) -> DecodedClip:
         clip = self._decode_frames(source, request)

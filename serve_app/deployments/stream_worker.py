@@ -27,6 +27,7 @@ from serve_app.protocol import ClipQuestion, DecodedClip, ModelChunk
 from serve_app.stream_protocol import Deleted, EventBatch, StreamCreate, StreamList, StreamStatus
 from serve_app.stream_registry import StreamRegistry
 from serve_app.stream_store import StreamStore
+from serve_app.vision_patches import bf16_table
 from serve_app.webhook import Webhooks
 
 logger = logging.getLogger("ray.serve")
@@ -44,6 +45,8 @@ class StreamWorker:
     async def __init__(self, config: dict[str, Any], model: DeploymentHandle[Any]) -> None:  # type: ignore[misc]  # Serve awaits async constructors
         self.config = AppConfig.model_validate(config)
         self.model = model
+        if self.config.model.vision_input == "patches":
+            bf16_table()  # imports torch now (~4 s on a fresh replica), not on the first window
         self.store = StreamStore(self.config.streams.db_path, keep=self.config.streams.answer_history)
         self.webhooks = Webhooks(self.config)
         self.registry = StreamRegistry(self.config, self._ask, self.store, StreamMetrics(), self.webhooks)

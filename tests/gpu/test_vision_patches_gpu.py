@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DUMMY = ROOT / "checkpoints" / "cosmos-reason1-7b-dummy"
 
 NO_VLLM = importlib.util.find_spec("vllm") is None
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(NO_VLLM, reason="vLLM is not installed")]
+pytestmark = pytest.mark.skipif(NO_VLLM, reason="vLLM is not installed")
 
 
 @pytest.fixture(scope="module")
