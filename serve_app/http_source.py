@@ -24,6 +24,7 @@ import httpx
 from serve_app.errors import UnprocessableClipError, UnsupportedMediaError
 from serve_app.sources import CheckedURL, tls_verify
 
+
 class PinnedHttpBody(io.RawIOBase):
     """The body of one ``http(s)`` URL, read from its checked address (see the module docstring).
 
