@@ -7,6 +7,9 @@ Two places check, because a cluster and a laptop differ:
   model replica needs vLLM or GPUs the node does not have, instead of Serve
   waiting forever for a GPU that will never come. In a cluster it does nothing:
   the head that builds the app has no GPU and GPU pods may scale up from zero.
+  It also refuses a config whose deployments reserve more CPUs at their smallest
+  replica counts than the local node has (Serve would wait forever for the last
+  replica, typically the ingress, and the app would never answer).
 * :func:`check_replica` runs first thing in a model replica (the vLLM engine's
   ``start``): a replica without vLLM or without a visible CUDA GPU fails at once
   with the same kind of message, wherever it runs.
@@ -58,6 +61,44 @@ def problems(config: AppConfig, gpus: float, has_vllm: bool) -> list[str]:
     return found
 
 
+#: The app's deployments, by config field.
+DEPLOYMENT_FIELDS = ("ingress", "decoder", "model_replica", "stream_worker")
+
+
+def replica_counts(config: AppConfig) -> dict[str, tuple[int, int]]:
+    """``(smallest, largest)`` replica count of each deployment (fixed: ``num_replicas``; autoscaled:
+    ``min_replicas`` and ``max_replicas``, Ray Serve's defaults 1 and 1 when absent)."""
+    out = {}
+    for field in DEPLOYMENT_FIELDS:
+        d = getattr(config, field)
+        if d.autoscaling_config is None:
+            n = d.num_replicas or 1
+            out[field] = (n, n)
+        else:
+            lo = int(d.autoscaling_config.get("min_replicas", 1))
+            out[field] = (lo, max(lo, int(d.autoscaling_config.get("max_replicas", 1))))
+    return out
+
+
+def reserved_cpus(config: AppConfig, largest: bool = False) -> float:
+    """CPUs the deployments reserve (``num_cpus`` × replicas) at their smallest (or largest) replica counts."""
+    counts = replica_counts(config)
+    return sum(getattr(config, f).num_cpus * counts[f][1 if largest else 0] for f in DEPLOYMENT_FIELDS)
+
+
+def cpu_problems(config: AppConfig, cpus: float) -> list[str]:
+    """The CPU shortfall of ``config`` on a node whose Ray has ``cpus`` CPUs (pure; empty: it fits)."""
+    need = reserved_cpus(config)
+    if need <= cpus + 1e-9:
+        return []
+    counts = replica_counts(config)
+    parts = ", ".join(f"{f} {getattr(config, f).num_cpus:g}×{counts[f][0]}" for f in DEPLOYMENT_FIELDS)
+    return [
+        f"the deployments reserve {need:g} CPUs at their smallest replica counts ({parts}) but this machine's "
+        f"Ray has {cpus:g}: lower their num_cpus (fractions are fine) or min_replicas"
+    ]
+
+
 def message(found: list[str], where: str) -> str:
     """One error message: what is missing ``where``, how to install it, and the CPU alternative."""
     lines = "; ".join(found)
@@ -78,12 +119,11 @@ def check_build(config: AppConfig, env: Mapping[str, str] | None = None) -> None
     ``COSMOS_SERVE_PREFLIGHT=0``, or when the config needs neither vLLM nor GPUs.
 
     Raises:
-        HardwareError: vLLM or GPUs are missing on the local node.
+        HardwareError: vLLM or GPUs are missing on the local node, or its CPUs cannot hold every
+            deployment at its smallest replica count.
     """
     env = os.environ if env is None else env
     if env.get(SKIP_ENV) == "0":
-        return
-    if config.model.backend != "vllm" and config.model_replica.num_gpus == 0:
         return
     import ray
 
@@ -92,9 +132,13 @@ def check_build(config: AppConfig, env: Mapping[str, str] | None = None) -> None
     alive = [n for n in ray.nodes() if n.get("Alive")]
     if _in_cluster(env, len(alive)):
         return
-    found = problems(config, float(ray.cluster_resources().get("GPU", 0)), vllm_installed())
-    if found:
-        raise HardwareError(message(found, "this machine cannot run the config's model replica"))
+    resources = ray.cluster_resources()
+    if config.model.backend == "vllm" or config.model_replica.num_gpus > 0:
+        found = problems(config, float(resources.get("GPU", 0)), vllm_installed())
+        if found:
+            raise HardwareError(message(found, "this machine cannot run the config's model replica"))
+    if found := cpu_problems(config, float(resources.get("CPU", 0))):
+        raise HardwareError(f"this machine cannot run the config's deployments: {found[0]}")
 
 
 def check_replica() -> None:

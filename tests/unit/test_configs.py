@@ -16,7 +16,9 @@ from serve_app.config import AppConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
-DEPLOYMENTS = {"ingress": "Ingress", "decoder": "VideoDecoder", "model_replica": "VideoModel"}
+DEPLOYMENTS = {
+    "ingress": "Ingress", "decoder": "VideoDecoder", "model_replica": "VideoModel", "stream_worker": "StreamWorker",
+}
 
 
 def serve_config_problems(doc: dict) -> list[str]:

@@ -114,3 +114,23 @@ def test_replica_check_does_not_initialise_cuda(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", poisoning)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     preflight.check_replica()  # vLLM and one GPU: nothing to report
+
+
+def test_a_config_whose_replicas_cannot_all_fit_the_node_is_refused_naming_the_asks(local_ray):
+    """The asks `configs/cpu.yaml` had (2.1 CPUs on a 2-core laptop): Serve would wait forever for the ingress."""
+    args = yaml.safe_load((ROOT / "configs" / "cpu.yaml").read_text())["applications"][0]["args"]
+    args["decoder"]["num_cpus"], args["stream_worker"]["num_cpus"] = 0.5, 0.5
+    config = AppConfig.model_validate(args)
+    assert preflight.reserved_cpus(config) == pytest.approx(2.1)
+    with pytest.raises(preflight.HardwareError) as info:
+        preflight.check_build(config)
+    text = str(info.value)
+    assert "reserve 2.1 CPUs at their smallest replica counts" in text and "Ray has 2" in text
+    assert "ingress 0.1×1, decoder 0.5×1, model_replica 1×1, stream_worker 0.5×1" in text
+
+
+def test_the_cpu_config_fits_a_two_core_machine_even_fully_scaled_up():
+    config = config_of("cpu.yaml")
+    assert preflight.cpu_problems(config, 2.0) == []
+    assert preflight.reserved_cpus(config, largest=True) <= 2.0
+    assert preflight.replica_counts(config)["decoder"] == (1, 2)
