@@ -373,12 +373,14 @@ def baseline_comparison(rev: str, clips: list[Path], repeats: int) -> dict:
     out: dict[str, Any] = {"revision": rev, "repeats": repeats, "clips": []}
     with tempfile.TemporaryDirectory() as tmp:
         base = _load_baseline(rev, tmp)
+        # the frame-sampling request class was `SampleRequest` before the rename to `FrameSampling`
+        base_sampling = getattr(base, "FrameSampling", None) or base.SampleRequest
         for path in clips:
             data = path.read_bytes()
             lim = LimitsConfig()
             runs = {
                 "baseline": functools.partial(
-                    base.decode_clip, data, base.FrameSampling(4.0, lim.max_frames), DecodeConfig(), lim
+                    base.decode_clip, data, base_sampling(4.0, lim.max_frames), DecodeConfig(), lim
                 ),
                 "current": functools.partial(
                     decode_clip, data, FrameSampling(4.0, lim.max_frames), DecodeConfig(), lim
