@@ -94,7 +94,7 @@ class DecodedClip:
 
     Attributes:
         frames: ``(T, H, W, 3) uint8`` RGB, T even ≥ 2, H and W multiples of 28; None once the
-            clip travels as ``patches`` (:func:`serve_app.vision_patches.to_patches`).
+            clip travels as ``patches`` (:meth:`as_patches`).
         timestamps_s: ``(T_real,) float64`` presentation time of each decoded
             frame in seconds from the clip's first frame, strictly increasing;
             ``T - T_real`` trailing frames repeat the last one (``padded_frames``).

@@ -28,7 +28,15 @@ from typing import Any
 
 import numpy as np
 
-from serve_app.model_facts import IMAGE_MEAN, IMAGE_STD, PATCH_SIZE, SPATIAL_MERGE_SIZE, TEMPORAL_PATCH_SIZE
+from serve_app.model_facts import (
+    IMAGE_MEAN,
+    IMAGE_STD,
+    MAX_PIXELS,
+    MIN_PIXELS,
+    PATCH_SIZE,
+    SPATIAL_MERGE_SIZE,
+    TEMPORAL_PATCH_SIZE,
+)
 
 #: Values in one patch row: channels · frames per temporal patch · patch side² (3·2·14·14).
 PATCH_VALUES = 3 * TEMPORAL_PATCH_SIZE * PATCH_SIZE * PATCH_SIZE
@@ -116,7 +124,7 @@ def patchify(frames: np.ndarray, fps: float) -> VisionPatches:
 
     Raises:
         ValueError: a shape the processor would resize or refuse (not 4-D RGB uint8, H or W not a
-            multiple of 28, no frame), or ``fps`` ≤ 0.
+            multiple of 28, an area outside ``MIN_PIXELS``..``MAX_PIXELS``, no frame), or ``fps`` ≤ 0.
     """
     unit = PATCH_SIZE * SPATIAL_MERGE_SIZE
     if frames.ndim != 4 or frames.shape[3] != 3 or frames.dtype != np.uint8 or frames.shape[0] == 0:
@@ -124,6 +132,9 @@ def patchify(frames: np.ndarray, fps: float) -> VisionPatches:
     t, h, w, _ = frames.shape
     if h % unit or w % unit:
         raise ValueError(f"frame size {w}x{h} is not a multiple of {unit} pixels")
+    if not MIN_PIXELS <= h * w <= MAX_PIXELS:
+        bounds = f"{MIN_PIXELS}..{MAX_PIXELS} px"
+        raise ValueError(f"frame area {h * w} px is outside the processor's {bounds} (it would resize)")
     if not fps > 0:
         raise ValueError(f"fps must be > 0, got {fps}")
     if t % TEMPORAL_PATCH_SIZE:

@@ -71,6 +71,7 @@ def test_every_8_bit_value_of_every_channel_matches(processor):
         ((4, 56, 56, 3), np.float32, 4.0, r"\(T, H, W, 3\) uint8"),
         ((0, 56, 56, 3), np.uint8, 4.0, "T ≥ 1"),
         ((2, 56, 56, 3), np.uint8, 0.0, "fps must be > 0"),
+        ((2, 28, 28, 3), np.uint8, 4.0, "outside the processor's 3136"),  # the processor would upscale it
     ],
 )
 def test_shapes_the_processor_would_change_are_refused(shape, dtype, fps, match):
