@@ -23,6 +23,8 @@ from serve_app.model_facts import (
     COSMOS_TEMPERATURE,
     COSMOS_TOP_P,
     COSMOS_TOTAL_PIXELS,
+    MAX_PIXELS,
+    MIN_PIXELS,
     VIDEO_MIN_PIXELS,
 )
 from serve_app.model_facts import PIXEL_FACTOR as PIXEL_FACTOR  # re-exported: serve_app.frame_sampling imports it here
@@ -279,7 +281,23 @@ class ModelConfig(_Model):
     allow_ignore_eos: bool = Field(
         False, description="Accept the benchmark-only `ignore_eos` request option (random-weight models)."
     )
-    warmup: bool = Field(True, description="Run one tiny request when the replica starts.")
+    warmup: bool = Field(True, description="Send warm-up clips through the engine when the replica starts.")
+    warmup_clips: int = Field(
+        1,
+        ge=1,
+        le=256,
+        description="Warm-up clips sent at once, with the sampling defaults of real requests. More than 16 "
+        "makes vLLM compile its batch-size-specialised kernels (top-k/top-p sampler) before the replica "
+        "reports ready instead of during the first burst of clips (results/gpu/NOTES.md, session 5: the first "
+        "64-clip burst after start ran at 2.06 clips/s, the next at 2.49).",
+    )
+    warmup_clip_shape: tuple[int, int, int] = Field(
+        (2, 336, 336),
+        description="Warm-up clip (frames, height, width) in pixels, uint8 zeros; height and width multiples "
+        "of 28 with an area of at least 128·28² per frame pair (the Qwen2.5-VL processor's minimum). Use the "
+        "shape of real clips (e.g. [40, 420, 756]: a 10-s 16:9 window at 4 fps) to warm their shapes too.",
+    )
+    warmup_max_tokens: int = Field(2, ge=1, description="Output tokens per warm-up clip.")
     stream_interval_ms: float = Field(
         50.0,
         ge=0,
@@ -296,6 +314,17 @@ class ModelConfig(_Model):
                 "seconds per frame pair to an integer when pruning (second_per_grid_ts.long() in "
                 "qwen2_5_vl.py), so at 4 fps (0.5 s) every frame gets temporal position 0, and its engine died "
                 "under 64 clips in flight (issue 12); remove video_pruning_rate"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _warmup_shape(self) -> ModelConfig:
+        t, h, w = self.warmup_clip_shape
+        if t < 1 or h % PIXEL_FACTOR or w % PIXEL_FACTOR or not MIN_PIXELS <= h * w <= MAX_PIXELS:
+            raise ValueError(
+                f"model.warmup_clip_shape {list(self.warmup_clip_shape)}: needs >= 1 frame, height and width "
+                f"multiples of {PIXEL_FACTOR} and a frame area of {MIN_PIXELS}..{MAX_PIXELS} px (the sizes the "
+                "vision processor keeps)"
             )
         return self
 

@@ -3,6 +3,7 @@
 # bundle is staged (bash .gpu-bundle/pK/stage.sh N; see README "GPU").
 #   bash serve_app/bench/gpu_machine.sh tests            # tests/gpu -> $OUT/gpu-junit.xml, gpu-tests.log
 #   bash serve_app/bench/gpu_machine.sh bench [ARGS]     # python -m serve_app.bench.gpu -> $OUT/gpu_bench.json
+#   bash serve_app/bench/gpu_machine.sh engine NAME [ARGS] # python -m serve_app.bench.engine_profile -> $OUT/engine_profile.NAME.json
 #   bash serve_app/bench/gpu_machine.sh freeze           # the exact package set there -> $OUT/gpu-freeze.txt
 #   bash serve_app/bench/gpu_machine.sh serve CONFIG [key=value ...]   # serve run a derived config (background),
 #                                                        # returns once the app is RUNNING (<= 300 s)
@@ -34,6 +35,12 @@ PY
   bench)
     python3 -m serve_app.bench.gpu --out "$OUT/gpu_bench.json" "$@" > "$OUT/bench.log" 2>&1
     rc=$?; grep -E "^\||Error|error|Traceback" "$OUT/bench.log" | tail -40; exit $rc ;;
+  engine)
+    name=${1:?engine NAME [ARGS]}; shift
+    python3 -m serve_app.bench.engine_profile --out "$OUT/engine_profile.$name.json" \
+      --windows-dir "/tmp/windows-$name" "$@" > "$OUT/engine_profile.$name.log" 2>&1
+    rc=$?; mv "$OUT/engine_profile.$name.trace"/profiler_out_0.txt "$OUT/engine_profile.$name.kernels.txt" 2>/dev/null
+    rm -rf "$OUT/engine_profile.$name.trace"; tail -30 "$OUT/engine_profile.$name.log"; exit $rc ;;
   serve)
     # `serve status` (CLI, via the dashboard) hung on the GPU machine on 2026-11-30: wait with
     # serve.status() over the Ray client API instead, under a hard timeout.

@@ -10,6 +10,7 @@ ingress. The chunks (:data:`~serve_app.protocol.ModelChunk`) come from the Ray-f
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
@@ -29,6 +30,31 @@ from serve_app.streaming import coalesce_deltas
 from serve_app.vision_patches import patchify
 
 logger = logging.getLogger("ray.serve")
+
+
+def warmup_requests(config: AppConfig) -> list[GenerationRequest]:
+    """The replica's warm-up requests: ``model.warmup_clips`` zero clips, each with its own id.
+
+    Each clip is ``model.warmup_clip_shape`` (T, H, W) uint8 zeros at ``decode.fps`` (as patches when
+    ``model.vision_input`` is ``patches``: the path real clips take), with the model's sampling defaults
+    and ``model.warmup_max_tokens`` output tokens (end-of-sequence ignored). All requests share one
+    pixel array (read-only).
+
+    Raises:
+        ValueError: the shape is one the vision processor would resize (see :func:`patchify`).
+    """
+    m = config.model
+    frames = np.zeros((*m.warmup_clip_shape, 3), dtype=np.uint8)
+    patches = patchify(frames, config.decode.fps) if m.vision_input == "patches" else None
+    sampling = SamplingOptions(max_tokens=m.warmup_max_tokens, temperature=m.sampling.temperature,
+                               top_p=m.sampling.top_p, repetition_penalty=m.sampling.repetition_penalty,
+                               ignore_eos=True)  # every clip decodes all its tokens: the batch shapes happen
+    prompt = render_prompt("warm-up", m.system_prompt)
+    return [
+        GenerationRequest(request_id=new_engine_request_id(), frames=None if patches else frames,
+                          patches=patches, fps=config.decode.fps, prompt=prompt, sampling=sampling)
+        for _ in range(m.warmup_clips)
+    ]
 
 
 @serve.deployment(name="VideoModel")
@@ -57,18 +83,21 @@ class VideoModel:
         )
 
     async def _warmup(self) -> None:
-        frames = np.zeros((2, 336, 336, 3), dtype=np.uint8)  # 336² ≥ the 128·28² minimum frame area
-        req = GenerationRequest(
-            request_id=new_engine_request_id(),
-            frames=frames,
-            fps=self.config.decode.fps,
-            prompt=render_prompt("warm-up", self.config.model.system_prompt),
-            sampling=SamplingOptions(max_tokens=2, temperature=0.0, top_p=1.0, repetition_penalty=1.0),
-        )
-        if self.config.model.vision_input == "patches":  # warm the path clips take
-            req.patches, req.frames = patchify(frames, self.config.decode.fps), None
-        async for _ in self.engine.generate(req):
-            pass
+        """Sends ``model.warmup_clips`` zero clips of ``model.warmup_clip_shape`` through the engine at once.
+
+        They use the sampling defaults of real requests (temperature, top-p, repetition penalty), so the
+        sampler kernels real traffic needs are compiled here, not during the first burst of clips.
+        """
+        requests = warmup_requests(self.config)
+        t0 = time.perf_counter()
+
+        async def one(req: GenerationRequest) -> None:
+            async for _ in self.engine.generate(req):
+                pass
+
+        await asyncio.gather(*(one(r) for r in requests))
+        logger.info("warm-up: %d clips of %s in %.1f s", len(requests), self.config.model.warmup_clip_shape,
+                    time.perf_counter() - t0)
 
     def replica_start_s(self) -> float:
         """Seconds this replica took to start (engine load and warm-up)."""

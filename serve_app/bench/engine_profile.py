@@ -1,0 +1,265 @@
+"""Where a burst's time goes inside vLLM: the engine alone, fed the reference workload.
+
+The GPU bench (:mod:`serve_app.bench.gpu`) times whole serving stacks. This bench strips
+them away: one in-process ``AsyncLLM`` (the model replica's engine, with the engine
+arguments of ``--serve-config``) receives the reference workload's clips, already decoded
+and patchified (``vision_input: patches``) or as frames for the HF processor
+(``--input frames``), and runs bursts of ``--inflight`` clips:
+
+* ``cold``: all at once, the first burst after the engine started (what the GPU bench's
+  one burst measures);
+* ``warm``: all at once again (fresh multimodal ids and caches reset, so nothing is reused);
+* ``staggered``: the arrivals spread evenly over ``--stagger-s`` seconds, as the decode tier
+  delivers a burst to the replica;
+* ``profiled``: all at once under vLLM's torch profiler for ``--profile-iters`` engine steps
+  after ``--profile-delay`` steps: the GPU kernels by self CUDA time and the GPU's busy
+  fraction over that window (union of kernel intervals / wall time).
+
+Per burst: clips/s, TTFT p50/p95, and from vLLM's per-request engine-core timestamps the
+time from the first arrival until the last clip was scheduled / got its first token, and
+the prefill rate (prompt tokens/s between those points). Usage (GPU machine)::
+
+    python -m serve_app.bench.engine_profile --out $OUT/engine_profile.json \\
+        [--engine-args '{"max_num_batched_tokens": 32768}'] [--input frames]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gzip
+import json
+import logging
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from serve_app.bench.gpu import BASE_ENGINE_ARGS, decode_file, versions, window_files
+from serve_app.bench.workload import OUTPUT_TOKENS, QUESTION, SYSTEM_PROMPT, summary
+
+logger = logging.getLogger(__name__)
+
+
+def kernel_summary(trace_path: Path, top: int = 25) -> dict[str, Any]:
+    """GPU busy fraction and top kernels of one torch profiler trace (Chrome JSON, maybe gzipped).
+
+    Returns:
+        ``window_ms`` (first kernel start → last kernel end), ``busy_ms`` (union of kernel
+        intervals), ``busy_fraction``, ``kernels`` (the ``top`` names by total ms, with calls).
+    """
+    opener = gzip.open if trace_path.suffix == ".gz" else open
+    with opener(trace_path, "rt") as f:
+        events = json.load(f)["traceEvents"]
+    kernels = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "dur" in e]
+    if not kernels:
+        return {"kernels": []}
+    spans = sorted((float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in kernels)
+    busy, cur_s, cur_e = 0.0, spans[0][0], spans[0][1]
+    for s, e in spans[1:]:
+        if s > cur_e:
+            busy += cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    busy += cur_e - cur_s
+    window = spans[-1][1] - spans[0][0]
+    by_name: dict[str, list[float]] = {}
+    for e in kernels:
+        acc = by_name.setdefault(e["name"][:120], [0.0, 0])
+        acc[0] += float(e["dur"])
+        acc[1] += 1
+    ranked = sorted(by_name.items(), key=lambda kv: -kv[1][0])[:top]
+    return {
+        "window_ms": round(window / 1000, 1),
+        "busy_ms": round(busy / 1000, 1),
+        "busy_fraction": round(busy / window, 3) if window else None,
+        "kernels": [{"name": n, "ms": round(v[0] / 1000, 1), "calls": int(v[1])} for n, v in ranked],
+    }
+
+
+def _timeline(rows: list[dict[str, float]], prompt_tokens: int) -> dict[str, Any]:
+    """Burst timeline (s from the first arrival) from engine-core timestamps (monotonic)."""
+    t0 = min(r["queued"] for r in rows)
+    last_sched = max(r["scheduled"] for r in rows) - t0
+    last_first = max(r["first_token"] for r in rows) - t0
+    last_done = max(r["last_token"] for r in rows) - t0
+    return {
+        "last_arrival_s": round(max(r["queued"] for r in rows) - t0, 3),
+        "last_scheduled_s": round(last_sched, 3),
+        "last_first_token_s": round(last_first, 3),
+        "last_token_s": round(last_done, 3),
+        "prefill_tokens_per_s": round(len(rows) * prompt_tokens / last_first, 1) if last_first else None,
+        "decode_tail_s": round(last_done - last_first, 3),
+        "queue_s": summary([r["scheduled"] - r["queued"] for r in rows]),
+        "prefill_s": summary([r["first_token"] - r["scheduled"] for r in rows]),
+        "decode_s": summary([r["last_token"] - r["first_token"] for r in rows]),
+    }
+
+
+async def _burst(llm: Any, prompts: list[dict], sampling: Any, tag: str, stagger_s: float = 0.0) -> dict[str, Any]:
+    """Runs one burst; ``stagger_s`` spreads the submissions evenly over that many seconds."""
+    t0 = time.perf_counter()
+    ttft: list[float] = []
+    rows: list[dict[str, float]] = []
+    ptoks: set[int] = set()
+    n_tokens = 0
+
+    async def one(i: int, prompt: dict) -> None:
+        nonlocal n_tokens
+        if stagger_s:
+            await asyncio.sleep(stagger_s * i / max(len(prompts) - 1, 1))
+        t_sent = time.perf_counter()
+        first = None
+        m: Any = None
+        async for out in llm.generate(prompt, sampling, f"{tag}-{i}"):
+            if out.prompt_token_ids is not None:
+                ptoks.add(len(out.prompt_token_ids))
+            if first is None and out.outputs[0].token_ids:
+                first = time.perf_counter() - t_sent
+            n_tokens += len(out.outputs[0].token_ids)
+            m = out.metrics
+        ttft.append(first if first is not None else float("nan"))
+        if m is not None and m.last_token_ts:
+            rows.append({"queued": m.queued_ts, "scheduled": m.scheduled_ts, "first_token": m.first_token_ts,
+                         "last_token": m.last_token_ts})
+
+    await asyncio.gather(*(one(i, p) for i, p in enumerate(prompts)))
+    wall = time.perf_counter() - t0
+    out: dict[str, Any] = {
+        "clips": len(prompts),
+        "stagger_s": stagger_s,
+        "wall_s": round(wall, 3),
+        "clips_per_s": round(len(prompts) / wall, 4),
+        "output_tokens_per_s": round(n_tokens / wall, 1),
+        "ttft_s": summary(ttft),
+        "prompt_tokens": sorted(ptoks),
+    }
+    if len(rows) == len(prompts) and len(ptoks) == 1:
+        out["engine_timeline"] = _timeline(rows, next(iter(ptoks)))
+    logger.info("%s: %.2f clips/s (%.1f s)", tag, out["clips_per_s"], wall)
+    return out
+
+
+def _prompts(clips: list[Any], mode: str, extra_processor_kwargs: dict[str, Any]) -> list[dict]:
+    """Engine prompts for the clips, each with a fresh multimodal id (no cache can serve it)."""
+    from serve_app.engines.vllm_engine import processor_kwargs
+    from serve_app.prompt import render_prompt
+
+    text = render_prompt(QUESTION, SYSTEM_PROMPT)
+    out = []
+    for c in clips:
+        uid = uuid.uuid4().hex
+        if mode == "patches":
+            out.append({"prompt": text, "multi_modal_data": {"video": c.video_input()},
+                        "multi_modal_uuids": {"video": [uid]}})
+        else:
+            out.append({"prompt": text, "multi_modal_data": {"video": c}, "multi_modal_uuids": {"video": [uid]},
+                        "mm_processor_kwargs": processor_kwargs(c.shape[0], 4.0, extra_processor_kwargs)})
+    return out
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Starts the engine, runs the bursts, returns the result (see the module docstring)."""
+    from vllm import SamplingParams
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.sampling_params import RequestOutputKind
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    from serve_app.config import app_config_from_file
+    from serve_app.engines.vllm_engine import accept_processed_video
+    from serve_app.model_facts import COSMOS_REPETITION_PENALTY, COSMOS_TEMPERATURE, COSMOS_TOP_P
+    from serve_app.vision_patches import patchify
+
+    files = window_files(args)
+    decoded = [decode_file(f).frames for f in files[: 1 + args.inflight]]
+    clips: list[Any] = [patchify(fr, 4.0) for fr in decoded] if args.input == "patches" else decoded
+    model_cfg = app_config_from_file(args.serve_config).model
+    engine_args = {**model_cfg.engine_args, **BASE_ENGINE_ARGS, **json.loads(args.engine_args)}
+    if args.input == "patches":
+        accept_processed_video()
+        engine_args.setdefault("enable_mm_embeds", True)
+    profile_dir = Path(args.out).with_suffix(".trace")
+    if args.profile_iters:
+        engine_args["profiler_config"] = {
+            "profiler": "torch", "torch_profiler_dir": str(profile_dir.resolve()),
+            "torch_profiler_with_stack": False, "ignore_frontend": True,
+            "delay_iterations": args.profile_delay, "max_iterations": args.profile_iters,
+        }
+    kwargs = dict(engine_args)
+    if "profiler_config" in kwargs:  # vLLM converts a dict for compilation_config, not for this one
+        from vllm.config import ProfilerConfig
+
+        kwargs["profiler_config"] = ProfilerConfig(**kwargs["profiler_config"])
+    t0 = time.perf_counter()
+    llm = AsyncLLM.from_engine_args(AsyncEngineArgs(model=args.checkpoint, disable_log_stats=False, **kwargs))
+    start_s = time.perf_counter() - t0
+    sampling = SamplingParams(max_tokens=OUTPUT_TOKENS, ignore_eos=True, temperature=COSMOS_TEMPERATURE,
+                              top_p=COSMOS_TOP_P, repetition_penalty=COSMOS_REPETITION_PENALTY,
+                              output_kind=RequestOutputKind.DELTA)
+    extra = dict(model_cfg.processor_kwargs)
+    bursts: dict[str, Any] = {}
+    await _burst(llm, _prompts(clips[:1], args.input, extra), sampling, "warmup")
+    for name in args.bursts:
+        await llm.reset_prefix_cache()
+        await llm.reset_mm_cache()
+        prompts = _prompts(clips[1:], args.input, extra)
+        if name == "profiled":
+            await llm.start_profile()
+            bursts[name] = await _burst(llm, prompts, sampling, name)
+            await llm.stop_profile()
+        else:
+            bursts[name] = await _burst(llm, prompts, sampling, name, args.stagger_s if name == "staggered" else 0.0)
+    llm.shutdown()
+    result: dict[str, Any] = {
+        "command": "python -m serve_app.bench.engine_profile " + " ".join(args.argv),
+        "versions": versions(),
+        "input": args.input,
+        "engine_args": engine_args,
+        "processor_kwargs": extra if args.input == "frames" else None,
+        "engine_start_s": round(start_s, 1),
+        "bursts": bursts,
+    }
+    traces = sorted(profile_dir.glob("*.pt.trace.json*")) if profile_dir.exists() else []
+    if traces:
+        result["profile"] = {"iterations": args.profile_iters, "after_iterations": args.profile_delay,
+                             **kernel_summary(traces[-1])}
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry point (see the module docstring)."""
+    p = argparse.ArgumentParser(description="the vLLM engine alone under bursts of the reference workload")
+    p.add_argument("--checkpoint", default="checkpoints/cosmos-reason1-7b-dummy")
+    p.add_argument("--clip", default="tests/data/intel_car-detection.mp4")
+    p.add_argument("--serve-config", default="configs/h200.yaml", help="engine arguments and processor kwargs")
+    p.add_argument("--engine-args", default="{}", help="JSON overrides of the engine arguments")
+    p.add_argument("--input", choices=("patches", "frames"), default="patches")
+    p.add_argument("--inflight", type=int, default=64)
+    p.add_argument("--bursts", nargs="+", default=["cold", "warm", "staggered", "profiled"],
+                   choices=("cold", "warm", "staggered", "profiled"))
+    p.add_argument("--stagger-s", type=float, default=9.0, help="arrival spread of the staggered burst (s)")
+    p.add_argument("--profile-delay", type=int, default=20, help="engine steps before profiling starts")
+    p.add_argument("--profile-iters", type=int, default=20, help="engine steps profiled (0: no profiler)")
+    p.add_argument("--windows-dir", default="/tmp/bench-windows")
+    p.add_argument("--out", default="results/gpu/engine_profile.json")
+    args = p.parse_args(argv)
+    args.argv = list(argv if argv is not None else sys.argv[1:])
+    args.single, args.window_count = 0, None
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    result = asyncio.run(run(args))
+    Path(args.out).write_text(json.dumps(result, indent=2))
+    print(json.dumps({k: {"clips_per_s": v["clips_per_s"], **{x: v.get("engine_timeline", {}).get(x) for x in (
+        "last_scheduled_s", "last_first_token_s", "prefill_tokens_per_s", "decode_tail_s")}}
+        for k, v in result["bursts"].items()}, indent=1))
+    if "profile" in result:
+        prof = result["profile"]
+        print("profile:", {k: prof.get(k) for k in ("window_ms", "busy_ms", "busy_fraction")})
+        for k in prof["kernels"][:12]:
+            print(f"  {k['ms']:9.1f} ms {k['calls']:6d}  {k['name']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,82 @@
+"""The model replica's warm-up: how many clips, which shape and sampling, sent at once."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from serve_app.config import AppConfig
+from serve_app.deployments.model import warmup_requests
+
+
+def _config(**model) -> AppConfig:
+    return AppConfig.model_validate({"model": {"backend": "serve_app.testing.engines:scripted_engine", **model}})
+
+
+def test_warmup_requests_use_the_real_sampling_and_distinct_ids():
+    cfg = _config(warmup_clips=5, warmup_clip_shape=(4, 56, 112), warmup_max_tokens=3)
+    reqs = warmup_requests(cfg)
+    assert len(reqs) == 5
+    assert len({r.request_id for r in reqs}) == 5
+    assert len({r.media_uuid for r in reqs}) == 5  # no multimodal cache can serve one from another
+    for r in reqs:
+        assert r.frames is not None and r.frames.shape == (4, 56, 112, 3) and r.frames.dtype == np.uint8
+        assert r.patches is None
+        s = r.sampling
+        assert (s.temperature, s.top_p, s.repetition_penalty) == (
+            cfg.model.sampling.temperature, cfg.model.sampling.top_p, cfg.model.sampling.repetition_penalty)
+        assert s.temperature > 0  # the sampled path (top-p kernel), not greedy
+        assert s.max_tokens == 3 and s.ignore_eos
+
+
+def test_warmup_requests_come_as_patches_when_clips_do():
+    cfg = AppConfig.model_validate({"model": {"backend": "vllm", "vision_input": "patches", "warmup_clips": 2,
+                                              "warmup_clip_shape": [40, 420, 756]}})
+    reqs = warmup_requests(cfg)
+    assert [r.frames for r in reqs] == [None, None]
+    p = reqs[0].patches
+    assert p is not None and p.grid_thw == (20, 30, 54)  # 8,100 video tokens, as a real 10-s window
+    assert reqs[1].patches is p  # one pixel array for all
+
+
+@pytest.mark.parametrize("shape", [(0, 336, 336), (2, 336, 330), (2, 28, 28), (2, 28 * 200, 28 * 200)])
+def test_a_shape_the_processor_would_resize_is_refused_at_config_load(shape):
+    with pytest.raises(ValidationError, match="warmup_clip_shape") as e:
+        _config(warmup_clip_shape=shape)
+    assert "multiples of 28" in str(e.value)
+
+
+def test_the_replica_sends_its_warmup_clips_at_once():
+    from serve_app.deployments.model import VideoModel
+    from serve_app.testing.engines import ScriptedEngine
+
+    class Counting(ScriptedEngine):
+        def __init__(self, config):
+            super().__init__(config)
+            self.now = self.peak = self.calls = 0
+
+        async def generate(self, request):
+            self.now += 1
+            self.calls += 1
+            self.peak = max(self.peak, self.now)
+            await asyncio.sleep(0.01)
+            self.now -= 1
+            async for chunk in super().generate(request):
+                yield chunk
+
+    async def go():
+        model = VideoModel.func_or_class.__new__(VideoModel.func_or_class)
+        await model.__init__({"model": {"backend": "serve_app.testing.engines:scripted_engine", "warmup": False,
+                                        "warmup_clips": 6}})
+        model.engine = Counting(model.config.model)
+        await model._warmup()
+        engine = model.engine
+        await model.__del__()
+        return engine
+
+    engine = asyncio.run(go())
+    assert engine.calls == 6
+    assert engine.peak == 6
