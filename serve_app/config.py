@@ -286,15 +286,16 @@ class ModelConfig(_Model):
         1,
         ge=1,
         le=256,
-        description="Warm-up clips sent at once, with the sampling defaults of real requests. More than 16 "
-        "makes vLLM compile its batch-size-specialised kernels (top-k/top-p sampler) before the replica "
+        description="Warm-up clips sent at once, with the sampling defaults of real requests. 16 or more "
+        "(batches of 8-15 and of 16 sequences both occur) make vLLM 0.24 compile its batch-size-specialised "
+        "top-k/top-p sampler kernel (Triton, used from 8 sequences) before the replica "
         "reports ready instead of during the first burst of clips (results/gpu/NOTES.md, session 5: the first "
         "64-clip burst after start ran at 2.06 clips/s, the next at 2.49).",
     )
     warmup_clip_shape: tuple[int, int, int] = Field(
         (2, 336, 336),
         description="Warm-up clip (frames, height, width) in pixels, uint8 zeros; height and width multiples "
-        "of 28 with an area of at least 128·28² per frame pair (the Qwen2.5-VL processor's minimum). Use the "
+        "of 28, a frame area of 4·28² to 16384·28² px (the Qwen2.5-VL processor's min/max_pixels). Use the "
         "shape of real clips (e.g. [40, 420, 756]: a 10-s 16:9 window at 4 fps) to warm their shapes too.",
     )
     warmup_max_tokens: int = Field(2, ge=1, description="Output tokens per warm-up clip.")

@@ -206,7 +206,7 @@ def _serve_args(args, overrides: dict) -> dict:
     model["engine_args"] = {**model["engine_args"], **BASE_ENGINE_ARGS, **overrides.get("engine_args", {})}
     model["processor_kwargs"] = {**model.get("processor_kwargs", {}), **overrides.get("processor_kwargs", {})}
     cfg["sources"]["allowed_roots"] = [str(Path(args.windows_dir).resolve())]
-    for key in ("ingress", "decoder", "model_replica"):
+    for key in ("ingress", "decoder", "model_replica", "decode"):
         cfg[key].update(overrides.get(key, {}))
     return cfg
 
@@ -338,6 +338,7 @@ async def _serve_side(args, files: list[Path], name: str, overrides: dict) -> di
             "preprocess_threads": cfg["model"]["preprocess_threads"],
             "overrides": overrides,
             "deployments": {k: cfg[k] for k in ("ingress", "decoder", "model_replica")},
+            "decode": cfg["decode"],
             "app_ready_s": round(ready_s, 2),
             "replica_start_s": round(replica_start_s, 2),
             "gpu_memory_used_mib": mem,
@@ -403,7 +404,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--plain-engine-args", default="{}", help="JSON overrides for the plain sides")
     p.add_argument("--variant", action="append", default=[],
                    help='Serve variant NAME=JSON, JSON = {"model": {...}, "engine_args": {...}, '
-                        '"processor_kwargs": {...}, "model_replica": {...}, "decoder": {...}, "inflight": N}; '
+                        '"processor_kwargs": {...}, "model_replica": {...}, "decoder": {...}, "decode": {...}, '
+                        '"inflight": N}; '
                         'default: one side named "serve" with the config as is')
     p.add_argument("--vllm-serve", action="append", default=[],
                    help='plain `vllm serve` side NAME=JSON, JSON = {"flags": [...], "variants": {VARIANT: '

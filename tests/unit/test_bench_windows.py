@@ -43,3 +43,22 @@ def test_engine_breakdown_keeps_only_the_asked_requests(tmp_path):
     out = _engine_breakdown(path, {"b"})
     assert out["requests"] == 1 and out["processor_ms"]["p50"] == 30.0 and out["prefill_ms"]["mean"] == 300.0
     assert _engine_breakdown(path)["requests"] == 2  # the zero-token warm-up row never counts
+
+
+def test_a_serve_variant_overrides_the_config_it_names(tmp_path):
+    """``--variant`` JSON reaches the model, engine, decode and deployment settings, and the result is valid."""
+    import argparse
+
+    from serve_app.bench.gpu import _serve_args
+    from serve_app.config import AppConfig
+
+    args = argparse.Namespace(serve_config="configs/h200.yaml", checkpoint="ckpt", windows_dir=str(tmp_path))
+    cfg = _serve_args(args, {"decode": {"threads": 4}, "engine_args": {"max_num_batched_tokens": 32768},
+                             "model": {"vision_input": "patches"}, "decoder": {"max_ongoing_requests": 3}})
+    assert cfg["decode"]["threads"] == 4 and cfg["decode"]["fps"] == 4  # the rest of decode kept
+    assert cfg["model"]["engine_args"]["max_num_batched_tokens"] == 32768
+    assert cfg["model"]["engine_args"]["load_format"] == "dummy"
+    assert cfg["model"]["engine_args"]["compilation_config"]["compile_mm_encoder"] is True  # the file's kept
+    assert cfg["model"]["vision_input"] == "patches" and cfg["decoder"]["max_ongoing_requests"] == 3
+    assert cfg["sources"]["allowed_roots"] == [str(tmp_path.resolve())]
+    AppConfig.model_validate(cfg)
