@@ -25,6 +25,7 @@ from serve_app.model_facts import (
     COSMOS_TOTAL_PIXELS,
     MAX_PIXELS,
     MIN_PIXELS,
+    TEMPORAL_PATCH_SIZE,
     VIDEO_MIN_PIXELS,
 )
 from serve_app.model_facts import PIXEL_FACTOR as PIXEL_FACTOR  # re-exported: serve_app.frame_sampling imports it here
@@ -294,7 +295,8 @@ class ModelConfig(_Model):
     )
     warmup_clip_shape: tuple[int, int, int] = Field(
         (2, 336, 336),
-        description="Warm-up clip (frames, height, width) in pixels, uint8 zeros; height and width multiples "
+        description="Warm-up clip (frames, height, width) in pixels, uint8 zeros; an even number of frames "
+        "(>= 2, as every decoded clip: engines take T even), height and width multiples "
         "of 28, a frame area of 4·28² to 16384·28² px (the Qwen2.5-VL processor's min/max_pixels). Use the "
         "shape of real clips (e.g. [40, 420, 756]: a 10-s 16:9 window at 4 fps) to warm their shapes too.",
     )
@@ -321,9 +323,11 @@ class ModelConfig(_Model):
     @model_validator(mode="after")
     def _warmup_shape(self) -> ModelConfig:
         t, h, w = self.warmup_clip_shape
-        if t < 1 or h % PIXEL_FACTOR or w % PIXEL_FACTOR or not MIN_PIXELS <= h * w <= MAX_PIXELS:
+        bad_t = t < TEMPORAL_PATCH_SIZE or t % TEMPORAL_PATCH_SIZE
+        if bad_t or h % PIXEL_FACTOR or w % PIXEL_FACTOR or not MIN_PIXELS <= h * w <= MAX_PIXELS:
             raise ValueError(
-                f"model.warmup_clip_shape {list(self.warmup_clip_shape)}: needs >= 1 frame, height and width "
+                f"model.warmup_clip_shape {list(self.warmup_clip_shape)}: needs an even number of frames "
+                f"(>= {TEMPORAL_PATCH_SIZE}), height and width "
                 f"multiples of {PIXEL_FACTOR} and a frame area of {MIN_PIXELS}..{MAX_PIXELS} px (the sizes the "
                 "vision processor keeps)"
             )

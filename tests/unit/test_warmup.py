@@ -42,11 +42,23 @@ def test_warmup_requests_come_as_patches_when_clips_do():
     assert reqs[1].patches is p  # one pixel array for all
 
 
-@pytest.mark.parametrize("shape", [(0, 336, 336), (2, 336, 330), (2, 28, 28), (2, 28 * 200, 28 * 200)])
+@pytest.mark.parametrize(
+    "shape", [(0, 336, 336), (1, 336, 336), (3, 336, 336), (2, 336, 330), (2, 28, 28), (2, 28 * 200, 28 * 200)]
+)
 def test_a_shape_the_processor_would_resize_is_refused_at_config_load(shape):
     with pytest.raises(ValidationError, match="warmup_clip_shape") as e:
         _config(warmup_clip_shape=shape)
     assert "multiples of 28" in str(e.value)
+
+
+@pytest.mark.parametrize("shape", [(2, 56, 56), (4, 28 * 64, 28 * 256), (2, 28 * 128, 28 * 128)])
+def test_every_shape_the_config_accepts_patchifies_unchanged(shape):
+    """The validator's bounds are patchify's: an accepted warm-up shape never fails at replica start."""
+    cfg = AppConfig.model_validate({"model": {"backend": "vllm", "vision_input": "patches", "warmup_clips": 1,
+                                              "warmup_clip_shape": shape}})
+    [req] = warmup_requests(cfg)
+    t, h, w = shape
+    assert req.patches is not None and req.patches.grid_thw == (t // 2, h // 14, w // 14)
 
 
 def test_the_replica_sends_its_warmup_clips_at_once():
