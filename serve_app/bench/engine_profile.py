@@ -245,6 +245,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--windows-dir", default="/tmp/bench-windows")
     p.add_argument("--out", default="results/gpu/engine_profile.json")
     args = p.parse_args(argv)
+    if "profiled" in args.bursts and args.profile_iters < 1:  # else the profiled burst runs without a profiler
+        p.error("the profiled burst needs --profile-iters >= 1 (or leave it out of --bursts)")
+    if args.inflight < 1 or args.profile_delay < 0:
+        p.error("--inflight must be >= 1 and --profile-delay >= 0")
     args.argv = list(argv if argv is not None else sys.argv[1:])
     args.single, args.window_count = 0, None
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from serve_app.bench.engine_profile import _timeline, kernel_summary
+from serve_app.bench.engine_profile import _timeline, kernel_summary, main
 
 
 def _trace(tmp_path, events, gz=True):
@@ -55,3 +55,15 @@ def test_timeline_counts_from_the_first_arrival():
     assert t["prefill_tokens_per_s"] == 400.0  # 2 clips x 1000 tokens by 5 s
     assert t["decode_tail_s"] == 1.0
     assert t["prefill_s"]["mean"] == pytest.approx((0.9 + 3.0) / 2)  # scheduled -> first token
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["--profile-iters", "0"], "--profile-iters >= 1"),  # the default bursts include `profiled`
+    (["--bursts", "cold", "profiled", "--profile-iters", "0"], "--profile-iters >= 1"),
+    (["--inflight", "0", "--bursts", "cold"], "--inflight must be >= 1"),
+])
+def test_arguments_that_would_waste_a_gpu_run_are_refused_before_the_engine_starts(argv, says, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    assert says in capsys.readouterr().err
