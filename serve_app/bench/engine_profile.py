@@ -30,6 +30,7 @@ import asyncio
 import gzip
 import json
 import logging
+import shutil
 import sys
 import time
 import uuid
@@ -45,9 +46,18 @@ logger = logging.getLogger(__name__)
 def kernel_summary(trace_path: Path, top: int = 25) -> dict[str, Any]:
     """GPU busy fraction and top kernels of one torch profiler trace (Chrome JSON, maybe gzipped).
 
+    GPU events are those of category ``kernel``, ``gpu_memcpy`` or ``gpu_memset`` with a
+    duration (the trace's ``ts``/``dur`` are microseconds); host events are ignored. All GPU
+    streams are merged, so overlapping kernels count once in ``busy_ms``.
+
     Returns:
         ``window_ms`` (first kernel start → last kernel end), ``busy_ms`` (union of kernel
-        intervals), ``busy_fraction``, ``kernels`` (the ``top`` names by total ms, with calls).
+        intervals), ``busy_fraction`` (busy / window), ``kernels`` (the ``top`` names, cut to
+        120 characters, by total ms, with calls); only ``kernels: []`` when the trace has no GPU events.
+
+    Raises:
+        OSError, json.JSONDecodeError: the file cannot be read or is not JSON.
+        KeyError: the JSON has no ``traceEvents`` (not a Chrome trace).
     """
     opener = gzip.open if trace_path.suffix == ".gz" else open
     with opener(trace_path, "rt") as f:
@@ -181,6 +191,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         accept_processed_video()
         engine_args.setdefault("enable_mm_embeds", True)
     profile_dir = Path(args.out).with_suffix(".trace")
+    shutil.rmtree(profile_dir, ignore_errors=True)  # kernel_summary must read this run's trace, not an earlier one
     if args.profile_iters:
         engine_args["profiler_config"] = {
             "profiler": "torch", "torch_profiler_dir": str(profile_dir.resolve()),
