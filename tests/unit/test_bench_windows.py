@@ -52,7 +52,9 @@ def test_a_serve_variant_overrides_the_config_it_names(tmp_path):
     from serve_app.bench.gpu import _serve_args
     from serve_app.config import AppConfig
 
-    args = argparse.Namespace(serve_config="configs/h200.yaml", checkpoint="ckpt", windows_dir=str(tmp_path))
+    root = Path(__file__).resolve().parents[2]  # not the working directory: pytest may run from anywhere
+    args = argparse.Namespace(serve_config=str(root / "configs" / "h200.yaml"), checkpoint="ckpt",
+                              windows_dir=str(tmp_path))
     cfg = _serve_args(args, {"decode": {"threads": 4}, "engine_args": {"max_num_batched_tokens": 32768},
                              "model": {"vision_input": "patches"}, "decoder": {"max_ongoing_requests": 3}})
     assert cfg["decode"]["threads"] == 4 and cfg["decode"]["fps"] == 4  # the rest of decode kept
