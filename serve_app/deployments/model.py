@@ -38,7 +38,7 @@ def warmup_requests(config: AppConfig) -> list[GenerationRequest]:
     Each clip is ``model.warmup_clip_shape`` (T, H, W) uint8 zeros at ``decode.fps`` (as patches when
     ``model.vision_input`` is ``patches``: the path real clips take), with the model's sampling defaults
     and ``model.warmup_max_tokens`` output tokens (end-of-sequence ignored). All requests share one
-    pixel array (read-only).
+    pixel array (``(T, H, W, 3) uint8``, or one :class:`VisionPatches`): engines must not write to it.
 
     Raises:
         ValueError: the shape is one the vision processor would resize (see :func:`patchify`).
