@@ -218,6 +218,11 @@ class SamplingDefaults(_Model):
     max_tokens: int = Field(COSMOS_MAX_TOKENS, gt=0, description="Default output budget in tokens (recipe: 4096).")
 
 
+#: Prompt tokens of a warm-up request besides its video (system prompt, question, chat markup): an upper
+#: bound for the project's system prompts (the GPU bench's whole prompt has 33 besides its 8,100 video tokens).
+WARMUP_TEXT_TOKENS = 256
+
+
 class ModelConfig(_Model):
     """The model replica: which checkpoint, which engine, which defaults."""
 
@@ -300,7 +305,7 @@ class ModelConfig(_Model):
         "of 28, a frame area of 4·28² to 16384·28² px (the Qwen2.5-VL processor's min/max_pixels). Use the "
         "shape of real clips (e.g. [40, 420, 756]: a 10-s 16:9 window at 4 fps) to warm their shapes too.",
     )
-    warmup_max_tokens: int = Field(2, ge=1, description="Output tokens per warm-up clip.")
+    warmup_max_tokens: int = Field(2, ge=1, le=1024, description="Output tokens per warm-up clip.")
     stream_interval_ms: float = Field(
         50.0,
         ge=0,
@@ -330,6 +335,14 @@ class ModelConfig(_Model):
                 f"(>= {TEMPORAL_PATCH_SIZE}), height and width "
                 f"multiples of {PIXEL_FACTOR} and a frame area of {MIN_PIXELS}..{MAX_PIXELS} px (the sizes the "
                 "vision processor keeps)"
+            )
+        context = self.context_tokens
+        video_tokens = (t // TEMPORAL_PATCH_SIZE) * (h // PIXEL_FACTOR) * (w // PIXEL_FACTOR)
+        if context and video_tokens + WARMUP_TEXT_TOKENS + self.warmup_max_tokens > context:
+            raise ValueError(
+                f"model.warmup_clip_shape {list(self.warmup_clip_shape)} makes {video_tokens} video tokens; with "
+                f"~{WARMUP_TEXT_TOKENS} prompt tokens and warmup_max_tokens {self.warmup_max_tokens} that exceeds "
+                f"the engine's context of {context} tokens (max_model_len): use a smaller warm-up clip"
             )
         return self
 

@@ -46,6 +46,7 @@ from serve_app.bench.workload import (
     OUTPUT_TOKENS,
     QUESTION,
     SYSTEM_PROMPT,
+    split_run,
     summary,
     windows,
 )
@@ -164,10 +165,12 @@ async def _plain_side(args, files: list[Path]) -> dict:
         # the same windows as every other side; no cache may carry one variant's work to the next
         await llm.reset_prefix_cache()
         await llm.reset_mm_cache()
-        single = frames[1 : 1 + args.single]
-        batch = frames[1 + args.single : 1 + args.single + args.inflight]
-        # warm-up (not timed): one clip through the processor path of this variant
-        await _plain_run(llm, prompts(frames[:1]), sampling, f"{name}-warm")
+        run = split_run(frames, args.single, args.inflight, args.warm_burst)
+        single, batch = run.single, run.batch
+        # warm-up (not timed): one clip through the processor path of this variant, then the warm burst
+        await _plain_run(llm, prompts(run.warmup), sampling, f"{name}-warm")
+        if run.warm_burst:
+            await _plain_run(llm, prompts(run.warm_burst), sampling, f"{name}-warmburst")
         single_ttft, single_e2e = [], []
         for i, p in enumerate(prompts(single)):
             _, _, tt, ee = await _plain_run(llm, [p], sampling, f"{name}-single{i}")
@@ -179,6 +182,7 @@ async def _plain_side(args, files: list[Path]) -> dict:
             "engine": "vLLM AsyncLLM (plain, no project code)",
             "engine_args": engine_args,
             "mm_processor_kwargs": mmk,
+            "warm_burst": len(run.warm_burst),
             "engine_start_s": round(start_s, 2),
             "gpu_memory_used_mib": mem,
             "single": {"ttft_s": summary(single_ttft), "e2e_s": summary(single_e2e)},
@@ -305,9 +309,11 @@ async def _serve_side(args, files: list[Path], name: str, overrides: dict) -> di
     replica_start_s = await model.replica_start_s.remote()
     mem = gpu_memory_used_mib()
     url = f"http://127.0.0.1:{port}"
-    await _http_run(url, files[:1])  # warm-up (not timed)
-    single = files[1 : 1 + args.single]
-    batch = files[1 + args.single : 1 + args.single + int(overrides.get("inflight", args.inflight))]
+    run = split_run(files, args.single, int(overrides.get("inflight", args.inflight)), args.warm_burst)
+    single, batch = run.single, run.batch
+    await _http_run(url, run.warmup)  # warm-up (not timed)
+    if run.warm_burst:
+        await _http_run(url, run.warm_burst)  # a burst before the timed ones (not timed)
     s_ttft, s_e2e, s_server = [], [], []
     for f in single:
         _, _, tt, ee, sv = await _http_run(url, [f])
@@ -339,6 +345,7 @@ async def _serve_side(args, files: list[Path], name: str, overrides: dict) -> di
             "overrides": overrides,
             "deployments": {k: cfg[k] for k in ("ingress", "decoder", "model_replica")},
             "decode": cfg["decode"],
+            "warm_burst": len(run.warm_burst),
             "app_ready_s": round(ready_s, 2),
             "replica_start_s": round(replica_start_s, 2),
             "gpu_memory_used_mib": mem,
@@ -381,6 +388,7 @@ def _side_main(args) -> None:
         variants = spec.get("variants") or {args.side: {}}
         result = vllm_serve_side(
             checkpoint=args.checkpoint, files=files, single=args.single, inflight=args.inflight, port=args.port,
+            warm_burst=args.warm_burst,
             flags=spec.get("flags", []), variants=variants,
             log_path=Path(args.out).with_suffix(f".{args.side}.server.log"), result=_result,
             gpu_memory=gpu_memory_used_mib,
@@ -400,6 +408,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="results/gpu_bench.json")
     p.add_argument("--inflight", type=int, default=64)
     p.add_argument("--single", type=int, default=3)
+    p.add_argument("--warm-burst", type=int, default=0,
+                   help="untimed clips sent at once to every side after its one-clip warm-up (distinct windows)")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--plain-engine-args", default="{}", help="JSON overrides for the plain sides")
     p.add_argument("--variant", action="append", default=[],
@@ -457,12 +467,13 @@ def main(argv: list[str] | None = None) -> int:
             "the ~14-token system prompt prefix is shared",
             "inflight": args.inflight,
             "single_clip_runs": args.single,
+            "warm_burst": args.warm_burst,
         },
         "sides": {},
     }
     variants = args.variant or ["serve={}"]
     inflights = [int(json.loads(v.partition("=")[2] or "{}").get("inflight", args.inflight)) for v in variants]
-    args.window_count = 1 + args.single + max([args.inflight, *inflights])
+    args.window_count = 1 + args.single + max([args.inflight, *inflights]) + args.warm_burst
     files = window_files(args)
     report["workload"]["window_files"] = {"dir": str(Path(args.windows_dir).resolve()), "count": len(files),
                                           "cut": "re-encoded H.264 (libx264 CRF 18), exactly the window's frames"}
@@ -480,6 +491,7 @@ def main(argv: list[str] | None = None) -> int:
         cmd = [sys.executable, "-m", "serve_app.bench.gpu", "--side", side, "--part", str(part),
                "--checkpoint", args.checkpoint, "--clip", args.clip, "--serve-config", args.serve_config,
                "--inflight", str(args.inflight), "--single", str(args.single), "--port", str(args.port),
+               "--warm-burst", str(args.warm_burst),
                "--plain-engine-args", args.plain_engine_args, "--windows-dir", args.windows_dir,
                "--out", str(out_path), "--profile-s", str(args.profile_s), "--window-count", str(args.window_count)]
         if args.profile:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from serve_app.bench.harness import stop_process_group
-from serve_app.bench.workload import OUTPUT_TOKENS, QUESTION, SYSTEM_PROMPT, WINDOW_S, Window, summary
+from serve_app.bench.workload import OUTPUT_TOKENS, QUESTION, SYSTEM_PROMPT, WINDOW_S, Window, split_run, summary
 from serve_app.model_facts import COSMOS_REPETITION_PENALTY, COSMOS_TEMPERATURE, COSMOS_TOP_P
 
 logger = logging.getLogger(__name__)
@@ -134,12 +134,13 @@ async def _reset_caches(url: str) -> None:
 def vllm_serve_side(
     *, checkpoint: str, files: list[Path], single: int, inflight: int, port: int,
     flags: list[str], variants: dict[str, dict[str, Any]], log_path: Path, result: Any, gpu_memory: Any,
+    warm_burst: int = 0,
 ) -> dict[str, Any]:
     """Runs plain ``vllm serve`` with ``flags`` and measures each request variant.
 
     Args:
-        files: window files; ``files[0]`` warms up, the next ``single`` are sent one at a time,
-            the next ``inflight`` all at once.
+        files: window files (:func:`serve_app.bench.workload.split_run`): ``files[0]`` warms up, the
+            last ``warm_burst`` go at once untimed, then ``single`` one at a time and ``inflight`` at once.
         variants: name → extra request fields (e.g. ``{"mm_processor_kwargs": {"device": "cuda"}}``).
         result: the bench's ``_result`` function; gpu_memory: its GPU-memory probe.
 
@@ -161,11 +162,14 @@ def vllm_serve_side(
         _wait_healthy(url, proc, 600)
         start_s = time.perf_counter() - t0
         mem = gpu_memory()
-        single_files = files[1 : 1 + single]
-        batch = files[1 + single : 1 + single + inflight]
+        run = split_run(files, single, inflight, warm_burst)
+        single_files, batch = run.single, run.batch
         for name, extra in variants.items():
             asyncio.run(_reset_caches(url))
-            asyncio.run(openai_run(url, model, files[:1], extra))  # warm-up (not timed)
+            asyncio.run(openai_run(url, model, run.warmup, extra))  # warm-up (not timed)
+            if run.warm_burst:
+                asyncio.run(openai_run(url, model, run.warm_burst, extra))  # untimed burst
+                asyncio.run(_reset_caches(url))  # no cache may carry the warm burst's work
             s_ttft, s_e2e, s_prompt = [], [], []
             for f in single_files:
                 _, _, tt, ee, pt = asyncio.run(openai_run(url, model, [f], extra))
@@ -177,6 +181,7 @@ def vllm_serve_side(
                 "engine": "plain `vllm serve` (vLLM's OpenAI server, no project code)",
                 "command": " ".join(cmd),
                 "request_body_example": chat_body(model, batch[0], extra),
+                "warm_burst": len(run.warm_burst),
                 "server_start_s": round(start_s, 2),
                 "gpu_memory_used_mib": mem,
                 "single": {"ttft_s": summary(s_ttft), "e2e_s": summary(s_e2e)},

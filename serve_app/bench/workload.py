@@ -51,6 +51,35 @@ def windows(clip: Path, n: int, clip_duration_s: float) -> list[Window]:
     return [Window(clip, round(k * step, 3)) for k in range(n)]
 
 
+@dataclasses.dataclass(frozen=True)
+class RunFiles:
+    """What one bench side sends, in order: ``warmup`` (one clip, untimed), ``warm_burst`` (untimed,
+    all at once), ``single`` (one at a time, timed), ``batch`` (all at once, timed)."""
+
+    warmup: list
+    warm_burst: list
+    single: list
+    batch: list
+
+
+def split_run(files: list, single: int, inflight: int, warm_burst: int = 0) -> RunFiles:
+    """Splits a side's distinct window files: ``[0]`` warm-up, then ``single``, then ``inflight``;
+    the warm burst takes the last ``warm_burst`` files, so it never reuses a timed window.
+
+    Raises:
+        ValueError: fewer files than ``1 + single + inflight + warm_burst``.
+    """
+    need = 1 + single + inflight + warm_burst
+    if len(files) < need:
+        raise ValueError(f"{len(files)} window files; this side needs {need}")
+    return RunFiles(
+        warmup=files[:1],
+        warm_burst=files[len(files) - warm_burst :] if warm_burst else [],
+        single=files[1 : 1 + single],
+        batch=files[1 + single : 1 + single + inflight],
+    )
+
+
 def decode_window(w: Window) -> DecodedClip:
     """Decodes one window with the project's decoder (4 fps, Cosmos pixel budget)."""
     return decode_clip(w.clip, FrameSampling(fps=4.0, max_frames=128, start_s=w.start_s, end_s=w.end_s),

@@ -95,7 +95,9 @@ class VideoModel:
             async for _ in self.engine.generate(req):
                 pass
 
-        await asyncio.gather(*(one(r) for r in requests))
+        async with asyncio.TaskGroup() as tg:  # one failure cancels the rest and fails the replica's start
+            for r in requests:
+                tg.create_task(one(r))
         logger.info("warm-up: %d clips of %s in %.1f s", len(requests), self.config.model.warmup_clip_shape,
                     time.perf_counter() - t0)
 

@@ -3,6 +3,7 @@
 import json
 from pathlib import Path
 
+import pytest
 
 from serve_app.bench.gpu import _engine_breakdown, decode_file, query_body
 from serve_app.bench.vllm_serve import chat_body, cut_window_files
@@ -42,7 +43,7 @@ def test_engine_breakdown_keeps_only_the_asked_requests(tmp_path):
     path.write_text("\n".join(json.dumps(r) for r in rows))
     out = _engine_breakdown(path, {"b"})
     assert out["requests"] == 1 and out["processor_ms"]["p50"] == 30.0 and out["prefill_ms"]["mean"] == 300.0
-    assert _engine_breakdown(path)["requests"] == 2  # the zero-token warm-up row never counts
+    assert _engine_breakdown(path)["requests"] == 2  # a row with no completion tokens never counts
 
 
 def test_a_serve_variant_overrides_the_config_it_names(tmp_path):
@@ -64,3 +65,19 @@ def test_a_serve_variant_overrides_the_config_it_names(tmp_path):
     assert cfg["model"]["vision_input"] == "patches" and cfg["decoder"]["max_ongoing_requests"] == 3
     assert cfg["sources"]["allowed_roots"] == [str(tmp_path.resolve())]
     AppConfig.model_validate(cfg)
+
+
+def test_each_phase_of_a_side_gets_its_own_windows():
+    from serve_app.bench.workload import split_run
+
+    files = list(range(1 + 2 + 5 + 3))
+    run = split_run(files, single=2, inflight=5, warm_burst=3)
+    assert run.warmup == [0] and run.single == [1, 2] and run.batch == [3, 4, 5, 6, 7]
+    assert run.warm_burst == [8, 9, 10]
+    phases = [run.warmup, run.warm_burst, run.single, run.batch]
+    assert sorted(x for ph in phases for x in ph) == files  # every window once, none shared
+    # without a warm burst the layout is the bench's old one, extra files unused
+    plain = split_run(list(range(12)), single=2, inflight=5)
+    assert plain.warm_burst == [] and plain.batch == [3, 4, 5, 6, 7]
+    with pytest.raises(ValueError, match="needs 11"):
+        split_run(list(range(10)), single=2, inflight=5, warm_burst=3)

@@ -92,3 +92,26 @@ def test_the_replica_sends_its_warmup_clips_at_once():
     engine = asyncio.run(go())
     assert engine.calls == 6
     assert engine.peak == 6
+
+
+def test_a_warmup_clip_longer_than_the_context_is_refused_at_config_load():
+    big = {"warmup_clip_shape": (2, 3584, 3584), "engine_args": {"max_model_len": 16384}}  # 16,384 video tokens
+    with pytest.raises(ValidationError, match="16384 video tokens") as e:
+        AppConfig.model_validate({"model": {"backend": "vllm", **big}})
+    assert "max_model_len" in str(e.value)
+
+
+@pytest.mark.parametrize("name", ["a10", "a100", "h100", "h200"])
+def test_every_gpu_config_warms_the_sampled_path_at_batch_8_or_more(name):
+    """vLLM 0.24 samples top-k/top-p with a Triton kernel from 8 sequences in a batch and compiles it on
+    first use (results/gpu/NOTES.md, session 5): a GPU config's warm-up must reach that batch size,
+    with real-size clips, so the first burst of camera windows does not pay the compile."""
+    from pathlib import Path
+
+    from serve_app.config import app_config_from_file
+
+    cfg = app_config_from_file(Path(__file__).resolve().parents[2] / "configs" / f"{name}.yaml").model
+    assert cfg.warmup
+    assert min(cfg.warmup_clips, cfg.engine_args["max_num_seqs"]) >= 8
+    assert cfg.sampling.temperature > 0 and cfg.sampling.top_p < 1  # the recipe samples: the kernel is used
+    assert cfg.warmup_clip_shape == (40, 420, 756)  # a real 10-s window's shape
