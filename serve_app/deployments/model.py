@@ -87,6 +87,10 @@ class VideoModel:
 
         They use the sampling defaults of real requests (temperature, top-p, repetition penalty), so the
         sampler kernels real traffic needs are compiled here, not during the first burst of clips.
+
+        Raises:
+            Exception: the first error of any warm-up clip (the others are cancelled); the replica
+                then fails to start, as with an engine that cannot load.
         """
         requests = warmup_requests(self.config)
         t0 = time.perf_counter()
@@ -95,9 +99,12 @@ class VideoModel:
             async for _ in self.engine.generate(req):
                 pass
 
-        async with asyncio.TaskGroup() as tg:  # one failure cancels the rest and fails the replica's start
-            for r in requests:
-                tg.create_task(one(r))
+        try:
+            async with asyncio.TaskGroup() as tg:  # one failure cancels the rest and fails the replica's start
+                for r in requests:
+                    tg.create_task(one(r))
+        except ExceptionGroup as group:  # the engine's own error, as a single clip would raise it
+            raise group.exceptions[0] from None
         logger.info("warm-up: %d clips of %s in %.1f s", len(requests), self.config.model.warmup_clip_shape,
                     time.perf_counter() - t0)
 

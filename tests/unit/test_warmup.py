@@ -115,3 +115,37 @@ def test_every_gpu_config_warms_the_sampled_path_at_batch_8_or_more(name):
     assert min(cfg.warmup_clips, cfg.engine_args["max_num_seqs"]) >= 8
     assert cfg.sampling.temperature > 0 and cfg.sampling.top_p < 1  # the recipe samples: the kernel is used
     assert cfg.warmup_clip_shape == (40, 420, 756)  # a real 10-s window's shape
+
+
+def test_a_failing_warmup_clip_fails_the_start_with_the_engines_error_and_cancels_the_rest():
+    from serve_app.deployments.model import VideoModel
+    from serve_app.engines.base import EngineDeadError
+    from serve_app.testing.engines import ScriptedEngine
+
+    class DiesOnThird(ScriptedEngine):
+        def __init__(self, config):
+            super().__init__(config)
+            self.calls = self.finished = 0
+
+        async def generate(self, request):
+            self.calls += 1
+            if self.calls == 3:
+                raise EngineDeadError("engine died during warm-up")
+            await asyncio.sleep(0.5)
+            self.finished += 1
+            async for chunk in super().generate(request):
+                yield chunk
+
+    async def go():
+        model = VideoModel.func_or_class.__new__(VideoModel.func_or_class)
+        await model.__init__({"model": {"backend": "serve_app.testing.engines:scripted_engine", "warmup": False,
+                                        "warmup_clips": 5}})
+        model.engine = DiesOnThird(model.config.model)
+        with pytest.raises(EngineDeadError, match="during warm-up"):
+            await model._warmup()
+        engine = model.engine
+        await model.__del__()
+        return engine
+
+    engine = asyncio.run(go())
+    assert engine.calls == 5 and engine.finished == 0  # the others were cancelled, not left running
