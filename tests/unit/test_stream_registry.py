@@ -246,7 +246,11 @@ def test_camera_pause_reconnects_and_recovers(tmp_path):
             await asyncio.sleep(2.0)
             before = reg.status(st.id).windows_answered
             cam.resume()
-            ok = await wait_for(lambda: reg.status(st.id).windows_answered > before, 30)
+            # answers resume and the reader settles on running: a reconnect right after the resume (joining
+            # the looping stream mid-packet gives FFmpeg "Invalid data") may come before it does
+            ok = await wait_for(
+                lambda: reg.status(st.id).windows_answered > before and reg.status(st.id).state == "running", 30
+            )
             s = reg.status(st.id)
             states = [e.state for e in reg.events.since(0, st.id).events if e.type == "state"]
             await reg.close()
