@@ -61,8 +61,23 @@ def test_every_shape_the_config_accepts_patchifies_unchanged(shape):
     assert req.patches is not None and req.patches.grid_thw == (t // 2, h // 14, w // 14)
 
 
-def test_the_replica_sends_its_warmup_clips_at_once():
+async def _warm_up_with(engine_cls, clips: int):
+    """A model replica (scripted backend, no warm-up at start) whose engine is ``engine_cls``; runs its
+    warm-up of ``clips`` clips, shuts the replica down and returns the engine. Exceptions propagate."""
     from serve_app.deployments.model import VideoModel
+
+    model = VideoModel.func_or_class.__new__(VideoModel.func_or_class)
+    await model.__init__({"model": {"backend": "serve_app.testing.engines:scripted_engine", "warmup": False,
+                                    "warmup_clips": clips}})
+    engine = model.engine = engine_cls(model.config.model)
+    try:
+        await model._warmup()
+    finally:
+        await model.__del__()
+    return engine
+
+
+def test_the_replica_sends_its_warmup_clips_at_once():
     from serve_app.testing.engines import ScriptedEngine
 
     class Counting(ScriptedEngine):
@@ -79,17 +94,7 @@ def test_the_replica_sends_its_warmup_clips_at_once():
             async for chunk in super().generate(request):
                 yield chunk
 
-    async def go():
-        model = VideoModel.func_or_class.__new__(VideoModel.func_or_class)
-        await model.__init__({"model": {"backend": "serve_app.testing.engines:scripted_engine", "warmup": False,
-                                        "warmup_clips": 6}})
-        model.engine = Counting(model.config.model)
-        await model._warmup()
-        engine = model.engine
-        await model.__del__()
-        return engine
-
-    engine = asyncio.run(go())
+    engine = asyncio.run(_warm_up_with(Counting, 6))
     assert engine.calls == 6
     assert engine.peak == 6
 
@@ -118,7 +123,6 @@ def test_every_gpu_config_warms_the_sampled_path_at_batch_8_or_more(name):
 
 
 def test_a_failing_warmup_clip_fails_the_start_with_the_engines_error_and_cancels_the_rest():
-    from serve_app.deployments.model import VideoModel
     from serve_app.engines.base import EngineDeadError
     from serve_app.testing.engines import ScriptedEngine
 
@@ -136,16 +140,13 @@ def test_a_failing_warmup_clip_fails_the_start_with_the_engines_error_and_cancel
             async for chunk in super().generate(request):
                 yield chunk
 
-    async def go():
-        model = VideoModel.func_or_class.__new__(VideoModel.func_or_class)
-        await model.__init__({"model": {"backend": "serve_app.testing.engines:scripted_engine", "warmup": False,
-                                        "warmup_clips": 5}})
-        model.engine = DiesOnThird(model.config.model)
-        with pytest.raises(EngineDeadError, match="during warm-up"):
-            await model._warmup()
-        engine = model.engine
-        await model.__del__()
-        return engine
+    engines: list = []
 
-    engine = asyncio.run(go())
+    def make(config):
+        engines.append(DiesOnThird(config))
+        return engines[0]
+
+    with pytest.raises(EngineDeadError, match="during warm-up"):
+        asyncio.run(_warm_up_with(make, 5))
+    engine = engines[0]
     assert engine.calls == 5 and engine.finished == 0  # the others were cancelled, not left running
