@@ -267,10 +267,20 @@ class ModelConfig(_Model):
     vision_input: Literal["frames", "patches"] = Field(
         "frames",
         description="How clips reach the engine. `frames`: uint8 frames; the engine's HF processor normalises "
-        "and patchifies them in the model replica (on the GPU with processor_kwargs {device: cuda}). `patches`: "
+        "and patchifies them in the model replica (on the GPU with processor_kwargs {device: cuda}; or the "
+        "project's table, see `patchify`). `patches`: "
         "the CPU decode tier (and the stream workers) normalise and patchify each clip into the vision tower's "
         "bf16 input (identical values; serve_app/vision_patches.py) and the replica hands it to the engine with "
         "no processor run; needs backend `vllm` (or an injected engine) and sets engine_args.enable_mm_embeds.",
+    )
+    patchify: Literal["processor", "table"] = Field(
+        "processor",
+        description="vllm backend, vision_input `frames`: how the model replica turns a clip's frames into the "
+        "vision tower's input. `processor`: vLLM's HF processor (processor_kwargs apply). `table`: the project's "
+        "lookup-table patchify (serve_app/vision_patches.py: the same bf16 values) as torch ops on "
+        "processor_kwargs.device (cuda: one upload of the uint8 frames, one download of the bf16 rows), in the "
+        "preprocessing threads, handed to the engine as processed fields; sets engine_args.enable_mm_embeds. "
+        "With vision_input `patches` no frames reach the replica and this has no effect.",
     )
     device: str = Field("cpu", description="torch device of the transformers backend.")
     max_concurrent_requests: int = Field(
@@ -352,6 +362,15 @@ class ModelConfig(_Model):
             raise ValueError(
                 "model.vision_input 'patches' needs backend 'vllm' (the transformers backend runs its own "
                 "processor on frames); use vision_input 'frames'"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _table_patchify_needs_vllm(self) -> ModelConfig:
+        if self.patchify == "table" and self.backend == "transformers":
+            raise ValueError(
+                "model.patchify 'table' needs backend 'vllm' (the transformers backend runs its own processor); "
+                "use patchify 'processor'"
             )
         return self
 

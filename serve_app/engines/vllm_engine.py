@@ -32,6 +32,7 @@ from serve_app.checkpoint import ensure_checkpoint, has_random_weights
 from serve_app.config import ModelConfig
 from serve_app.engines.base import Engine, EngineDeadError, GenerationChunk, GenerationRequest
 from serve_app.protocol import SamplingOptions
+from serve_app.vision_patches import patchify_fields
 
 logger = logging.getLogger(__name__)
 
@@ -151,12 +152,21 @@ def sampling_params(s: SamplingOptions):
     )
 
 
-def engine_prompt(request: GenerationRequest, extra_processor_kwargs: dict[str, Any] | None = None) -> dict:
+def engine_prompt(
+    request: GenerationRequest,
+    extra_processor_kwargs: dict[str, Any] | None = None,
+    table_device: str | None = None,
+) -> dict:
     """The vLLM prompt dict of one request: text, the clip, and processor kwargs.
 
     A clip that arrives as patches (:attr:`GenerationRequest.patches`) goes in as processed
-    fields (see :func:`accept_processed_video`): no HF processor runs for it. Frames go in as
-    frames, with the processor kwargs that give the true temporal positions.
+    fields (see :func:`accept_processed_video`): no HF processor runs for it. With ``table_device``
+    (``model.patchify: table``), frames are patchified here on that torch device
+    (:func:`serve_app.vision_patches.patchify_fields`) and go in as processed fields too. Otherwise
+    frames go in as frames, with the processor kwargs that give the true temporal positions.
+
+    Raises:
+        ValueError: frames the table patchify cannot take (see :func:`serve_app.vision_patches.patchify`).
 
     The clip gets the request id as its multimodal UUID: every request is a new
     clip, so vLLM hashes the short id instead of 38 MB of pixels (the hash
@@ -169,6 +179,12 @@ def engine_prompt(request: GenerationRequest, extra_processor_kwargs: dict[str, 
             "multi_modal_uuids": {"video": [request.media_uuid]},
         }
     assert request.frames is not None  # a request carries frames or patches
+    if table_device is not None:
+        return {
+            "prompt": request.prompt,
+            "multi_modal_data": {"video": patchify_fields(request.frames, request.fps, table_device)},
+            "multi_modal_uuids": {"video": [request.media_uuid]},
+        }
     return {
         "prompt": request.prompt,
         "multi_modal_data": {"video": request.frames},
@@ -234,6 +250,10 @@ class VLLMEngine(Engine):
         self._pool: ThreadPoolExecutor | None = None
         self._tasks: Any = None  # the model's supported tasks, as vLLM reports them
         self._timings_path: str | None = None
+        #: torch device of the table patchify (``model.patchify: table``), else None (HF processor)
+        self._table_device: str | None = (
+            str(config.processor_kwargs.get("device", "cpu")) if config.patchify == "table" else None
+        )
 
     async def start(self) -> None:
         """Builds ``AsyncLLM`` (model load, profiling, CUDA graphs).
@@ -251,7 +271,7 @@ class VLLMEngine(Engine):
         if self.config.checkpoint:
             model = str(ensure_checkpoint(self.config.checkpoint, model))
         args = dict(self.config.engine_args)
-        if self.config.vision_input == "patches":
+        if self.config.vision_input == "patches" or self.config.patchify == "table":
             accept_processed_video()
             args.setdefault("enable_mm_embeds", True)  # vLLM checks it for every pass-through item
         if args.get("mm_tensor_ipc") == "torch_shm":
@@ -281,16 +301,17 @@ class VLLMEngine(Engine):
 
         if self.llm is None or self.llm.errored:
             raise EngineDeadError("vLLM engine is not running")
-        prompt = engine_prompt(request, self.config.processor_kwargs)
         params = sampling_params(request.sampling)
-        engine_input: Any = prompt
         t_submit = time.perf_counter()
         stage: dict[str, float] = {}
+        engine_input: Any
         if self._pool is not None:
-            # The HF processor (normalize + patchify) off the event loop, several clips at once.
+            # Normalize + patchify (HF processor or table) off the event loop, several clips at once.
             engine_input = await asyncio.get_running_loop().run_in_executor(
-                self._pool, self._process, request.request_id, prompt, params, stage
+                self._pool, self._process, request, params, stage
             )
+        else:
+            engine_input = engine_prompt(request, self.config.processor_kwargs, self._table_device)
         t_engine = time.perf_counter()
         n_out = 0
         prompt_tokens: int | None = None
@@ -316,15 +337,17 @@ class VLLMEngine(Engine):
                 row = timings_row(request.request_id, t_submit, t_engine, stage, m, n_out, prompt_tokens)
                 self._append_timings(self._timings_path, row)
 
-    def _process(self, request_id: str, prompt: dict[str, Any], params: Any, stage: dict[str, float]) -> Any:
-        """Runs vLLM's input processing (tokenize + HF processor) in a worker thread.
+    def _process(self, request: GenerationRequest, params: Any, stage: dict[str, float]) -> Any:
+        """Runs the prompt's patchify (with ``patchify: table``) and vLLM's input processing
+        (tokenize + HF processor) in a worker thread; returns vLLM's ``EngineCoreRequest``.
 
         ``stage`` receives the thread's start and end (``time.perf_counter`` seconds) and the
         handed-over pixel bytes.
         """
         stage["thread_start"] = time.perf_counter()
+        prompt = engine_prompt(request, self.config.processor_kwargs, self._table_device)
         req = self.llm.input_processor.process_inputs(
-            request_id, prompt, params, supported_tasks=self._tasks, arrival_time=time.time()
+            request.request_id, prompt, params, supported_tasks=self._tasks, arrival_time=time.time()
         )
         stage["processed"] = time.perf_counter()
         stage["pixel_bytes"] = handoff_pixels(req, self.config.pixel_handoff)

@@ -33,12 +33,12 @@ def input_processor():
     return InputProcessor(args.create_engine_config())
 
 
-def _process(input_processor, request):
+def _process(input_processor, request, table_device=None):
     from vllm.sampling_params import SamplingParams
 
     from serve_app.engines.vllm_engine import engine_prompt
 
-    prompt = engine_prompt(request)
+    prompt = engine_prompt(request, None, table_device)
     params = SamplingParams(max_tokens=8)
     return input_processor.process_inputs(
         request.request_id, prompt, params, supported_tasks=("generate",), arrival_time=time.time()
@@ -70,3 +70,32 @@ def test_patches_reach_the_engine_as_the_hf_processor_would_make_them(input_proc
     assert pb.dtype == torch.bfloat16 and torch.equal(pa.to(torch.bfloat16).cpu(), pb)
     assert a.data["video_grid_thw"].data.tolist() == b.data["video_grid_thw"].data.tolist() == [20, 30, 54]
     assert float(a.data["second_per_grid_ts"].data) == float(b.data["second_per_grid_ts"].data) == 0.5
+
+
+@pytest.mark.skipif(NO_VLLM or not importlib.util.find_spec("torch"), reason="needs vLLM and torch")
+def test_frames_patchified_with_the_table_on_the_gpu_reach_the_engine_as_the_hf_processor_would_make_them(
+    input_processor,
+):
+    """model.patchify 'table' with processor_kwargs {device: cuda}, as configs/h200.yaml runs it."""
+    import torch
+
+    from serve_app.engines.base import GenerationRequest
+    from serve_app.prompt import render_prompt
+    from serve_app.protocol import SamplingOptions
+
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    frames = np.random.default_rng(1).integers(0, 256, (40, 420, 756, 3), dtype=np.uint8)
+    frames.setflags(write=False)
+    sampling = SamplingOptions(max_tokens=8, temperature=0.0, top_p=1.0, repetition_penalty=1.0)
+    prompt = render_prompt("What happens next?", "You are a helpful assistant.")
+    by_frames = _process(input_processor, GenerationRequest("r-frames2", frames, 4.0, prompt, sampling))
+    by_table = _process(input_processor, GenerationRequest("r-table", frames, 4.0, prompt, sampling), "cuda")
+    assert by_table.prompt_token_ids == by_frames.prompt_token_ids
+    a, b = by_frames.mm_features[0], by_table.mm_features[0]
+    assert a.mm_position == b.mm_position
+    assert sorted(a.data.keys()) == sorted(b.data.keys())
+    pa, pb = a.data["pixel_values_videos"].data, b.data["pixel_values_videos"].data
+    assert pb.dtype == torch.bfloat16 and pb.device.type == "cpu"
+    assert torch.equal(pa.to(torch.bfloat16).cpu(), pb)
+    assert a.data["video_grid_thw"].data.tolist() == b.data["video_grid_thw"].data.tolist() == [20, 30, 54]

@@ -121,3 +121,46 @@ def test_the_decode_tier_hands_patches_when_configured():
     assert (as_patches.num_frames, as_patches.frame_size) == (as_frames.num_frames, as_frames.frame_size)
     expected = patchify(as_frames.frames, as_frames.fps).bits
     assert np.array_equal(as_patches.patches.bits, expected)
+
+
+@pytest.mark.parametrize(
+    ("t", "h", "w", "fps"),
+    [(40, 420, 756, 4.0), (5, 112, 84, 4.0), (1, 84, 112, 1.0)],
+    ids=["10s-window-4fps", "odd-T-padded", "one-frame"],
+)
+def test_the_torch_table_patchify_makes_the_same_fields_as_the_numpy_one(t, h, w, fps):
+    """model.patchify 'table' runs these torch ops on the replica's GPU; on the CPU they must agree bit for bit."""
+    from serve_app.vision_patches import _patchify_torch, patchify_fields
+
+    frames = np.random.default_rng(t + 7).integers(0, 256, (t, h, w, 3), dtype=np.uint8)
+    frames.setflags(write=False)  # as Ray's object store hands them over
+    ref = patchify(frames, fps).video_input()
+    for fields in (_patchify_torch(frames, fps, "cpu"), patchify_fields(frames, fps, "cpu")):
+        assert sorted(fields) == sorted(ref)
+        assert fields["pixel_values_videos"].dtype == torch.bfloat16
+        assert fields["pixel_values_videos"].device.type == "cpu"
+        ours, theirs = fields["pixel_values_videos"], ref["pixel_values_videos"]
+        assert torch.equal(ours.view(torch.int16), theirs.view(torch.int16))
+        assert fields["video_grid_thw"].tolist() == ref["video_grid_thw"].tolist()
+        assert torch.equal(fields["second_per_grid_ts"], ref["second_per_grid_ts"])
+
+
+def test_the_torch_table_patchify_takes_a_non_contiguous_clip():
+    from serve_app.vision_patches import _patchify_torch
+
+    wide = np.random.default_rng(3).integers(0, 256, (4, 56, 168, 3), dtype=np.uint8)
+    frames = wide[:, :, ::2]  # (4, 56, 84, 3), strided
+    ours = _patchify_torch(frames, 2.0, "cpu")["pixel_values_videos"]
+    ref = patchify(np.ascontiguousarray(frames), 2.0).video_input()["pixel_values_videos"]
+    assert torch.equal(ours.view(torch.int16), ref.view(torch.int16))
+
+
+@pytest.mark.parametrize(
+    ("shape", "fps", "match"),
+    [((4, 420, 750, 3), 4.0, "multiple of 28"), ((2, 56, 56, 3), -1.0, "fps must be > 0")],
+)
+def test_the_torch_table_patchify_refuses_what_the_numpy_one_refuses(shape, fps, match):
+    from serve_app.vision_patches import _patchify_torch
+
+    with pytest.raises(ValueError, match=match):
+        _patchify_torch(np.zeros(shape, np.uint8), fps, "cpu")

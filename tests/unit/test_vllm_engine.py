@@ -5,6 +5,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from serve_app.config import app_config_from_file
 from serve_app.engines.base import GenerationRequest, SamplingOptions
@@ -128,6 +129,82 @@ def test_engine_prompt_passes_patches_through_without_processor_kwargs():
     assert "mm_processor_kwargs" not in p  # no processor runs for a processed clip
     assert p["multi_modal_uuids"] == {"video": ["clip-r2"]}
     assert req.num_frames == 4
+
+
+def test_engine_prompt_patchifies_frames_with_the_table_when_asked():
+    from serve_app.vision_patches import patchify
+
+    frames = np.random.default_rng(3).integers(0, 256, (5, 56, 84, 3), dtype=np.uint8)
+    sampling = SamplingOptions(8, 0.6, 0.95, 1.05)
+    req = GenerationRequest("r3", frames, 2.0, render_prompt("q", "s"), sampling)
+    p = engine_prompt(req, {"device": "cuda"}, table_device="cpu")
+    video = p["multi_modal_data"]["video"]
+    ref = patchify(frames, 2.0).video_input()
+    assert set(video) == set(ref)
+    assert torch.equal(video["pixel_values_videos"].view(torch.int16), ref["pixel_values_videos"].view(torch.int16))
+    assert video["video_grid_thw"].tolist() == [[3, 4, 6]] and float(video["second_per_grid_ts"][0]) == 1.0
+    assert "mm_processor_kwargs" not in p  # the HF processor does not run
+    assert p["multi_modal_uuids"] == {"video": ["clip-r3"]}
+    assert "mm_processor_kwargs" in engine_prompt(req, {"device": "cuda"})  # without it: frames, processor
+
+
+class _FakeInputProcessor:
+    """vLLM's InputProcessor as VLLMEngine._process calls it (records the prompt and the thread)."""
+
+    def __init__(self):
+        self.prompts = []
+        self.threads = []
+
+    def process_inputs(self, request_id, prompt, params, supported_tasks, arrival_time):
+        import threading
+
+        self.prompts.append(prompt)
+        self.threads.append(threading.current_thread().name)
+        return ("engine-request", request_id)
+
+
+def test_the_preprocessing_thread_patchifies_frames_with_the_table_before_vllm_processes_them():
+    """model.patchify 'table': vLLM's input processing gets processed fields, made in the preprocessing thread."""
+    from concurrent.futures import ThreadPoolExecutor
+    from types import SimpleNamespace
+
+    from serve_app.config import ModelConfig
+    from serve_app.engines.vllm_engine import VLLMEngine
+    from serve_app.vision_patches import patchify
+
+    config = ModelConfig(backend="vllm", patchify="table", preprocess_threads=1, processor_kwargs={"device": "cpu"})
+    engine = VLLMEngine(config)
+    engine.llm = SimpleNamespace(input_processor=_FakeInputProcessor())
+    frames = np.random.default_rng(4).integers(0, 256, (4, 56, 84, 3), dtype=np.uint8)
+    req = GenerationRequest("r4", frames, 4.0, render_prompt("q", "s"), SamplingOptions(8, 0.6, 0.95, 1.05))
+    stage: dict = {}
+    with ThreadPoolExecutor(1, thread_name_prefix="mm-preprocess") as pool:
+        out = pool.submit(engine._process, req, None, stage).result()
+    assert out == ("engine-request", "r4")
+    (prompt,) = engine.llm.input_processor.prompts
+    assert engine.llm.input_processor.threads[0].startswith("mm-preprocess")
+    assert "mm_processor_kwargs" not in prompt  # no HF processor
+    ref = patchify(frames, 4.0).video_input()["pixel_values_videos"]
+    ours = prompt["multi_modal_data"]["video"]["pixel_values_videos"]
+    assert torch.equal(ours.view(torch.int16), ref.view(torch.int16))
+    assert stage["thread_start"] <= stage["processed"] <= stage["thread_end"]
+    # with the HF processor (the default), the same thread hands vLLM frames and processor kwargs
+    engine_hf = VLLMEngine(ModelConfig(backend="vllm", preprocess_threads=1))
+    engine_hf.llm = SimpleNamespace(input_processor=_FakeInputProcessor())
+    engine_hf._process(req, None, {})
+    assert engine_hf.llm.input_processor.prompts[0]["multi_modal_data"]["video"] is frames
+
+
+def test_table_patchify_is_refused_for_the_transformers_backend():
+    from pydantic import ValidationError
+
+    from serve_app.config import ModelConfig
+
+    with pytest.raises(ValidationError, match="patchify 'table' needs backend 'vllm'"):
+        ModelConfig(backend="transformers", patchify="table")
+    assert ModelConfig(backend="vllm", patchify="table").patchify == "table"
+    # with patches from the decode tier there are no frames to patchify: allowed, no effect
+    assert ModelConfig(backend="vllm", patchify="table", vision_input="patches").vision_input == "patches"
 
 
 def test_patches_are_refused_for_the_transformers_backend():
