@@ -247,13 +247,15 @@ class ModelConfig(_Model):
     processor_kwargs: dict[str, Any] = Field(
         default_factory=dict,
         description="vllm backend: extra HF processor kwargs for every request, e.g. {device: cuda} to "
-        "normalize/patchify on the GPU (the true fps always goes with each request as video metadata).",
+        "normalize/patchify on the GPU (the true fps always goes with each request as video metadata). With "
+        "patchify `table` only `device` is read (where the table runs); the HF processor does not run.",
     )
     preprocess_threads: int = Field(
         0,
         ge=0,
-        description="vllm backend: threads running vLLM's input processing (HF processor) off the replica's "
-        "event loop, several clips at once. 0: inline in the event loop, as plain vLLM does.",
+        description="vllm backend: threads running vLLM's input processing (HF processor, or the table "
+        "patchify) off the replica's event loop, several clips at once. 0: inline in the event loop, as plain "
+        "vLLM does (with patchify `table` the patchify then blocks the event loop too).",
     )
     pixel_handoff: Literal["as_is", "bf16", "bf16_cpu"] = Field(
         "as_is",
@@ -262,7 +264,8 @@ class ModelConfig(_Model):
         "unchanged (with the GPU processor vLLM copies it GPU -> CPU on the replica's event loop while "
         "serialising); `bf16`: cast to bfloat16 in the preprocessing thread (half the bytes; the vision "
         "tower casts to bf16 first anyway, so the numbers are identical); `bf16_cpu`: cast and copy to "
-        "host memory in the preprocessing thread, so the event loop only hands over host bytes.",
+        "host memory in the preprocessing thread, so the event loop only hands over host bytes. No effect with "
+        "patchify `table` or vision_input `patches` (the pixels are bf16 in host memory already).",
     )
     vision_input: Literal["frames", "patches"] = Field(
         "frames",
@@ -278,8 +281,9 @@ class ModelConfig(_Model):
         description="vllm backend, vision_input `frames`: how the model replica turns a clip's frames into the "
         "vision tower's input. `processor`: vLLM's HF processor (processor_kwargs apply). `table`: the project's "
         "lookup-table patchify (serve_app/vision_patches.py: the same bf16 values) as torch ops on "
-        "processor_kwargs.device (cuda: one upload of the uint8 frames, one download of the bf16 rows), in the "
-        "preprocessing threads, handed to the engine as processed fields; sets engine_args.enable_mm_embeds. "
+        "processor_kwargs.device (cuda: one upload of the uint8 frames, one download of the bf16 rows; cpu: "
+        "numpy), in the preprocessing threads (inline without them), handed to the engine as processed "
+        "fields; sets engine_args.enable_mm_embeds. "
         "With vision_input `patches` no frames reach the replica and this has no effect.",
     )
     device: str = Field("cpu", description="torch device of the transformers backend.")
@@ -306,7 +310,8 @@ class ModelConfig(_Model):
         "(batches of 8-15 and of 16 sequences both occur) make vLLM 0.24 compile its batch-size-specialised "
         "top-k/top-p sampler kernel (Triton, used from 8 sequences) before the replica "
         "reports ready instead of during the first burst of clips (results/gpu/NOTES.md, session 5: the first "
-        "64-clip burst after start ran at 2.06 clips/s, the next at 2.49).",
+        "64-clip burst after start ran at 2.06 clips/s, the next at 2.49). It does not make the first burst "
+        "fully warm: session 6's graph ran its first burst after 32 warm-up clips at 2.47-2.53, later 3.06.",
     )
     warmup_clip_shape: tuple[int, int, int] = Field(
         (2, 336, 336),

@@ -41,6 +41,11 @@ from serve_app.model_facts import (
     TEMPORAL_PATCH_SIZE,
 )
 
+# Clips reach the replica in Ray's read-only shared memory; torch.from_numpy warns about that (once per
+# process) although nothing here writes to them. Filtered for this module only, at import: a filter set
+# per call (warnings.catch_warnings) is process-wide state and not safe in the preprocessing threads.
+warnings.filterwarnings("ignore", message="The given NumPy array is not writable", module=__name__)
+
 #: Values in one patch row: channels · frames per temporal patch · patch side² (3·2·14·14).
 PATCH_VALUES = 3 * TEMPORAL_PATCH_SIZE * PATCH_SIZE * PATCH_SIZE
 
@@ -172,7 +177,7 @@ def patchify_fields(frames: np.ndarray, fps: float, device: str = "cpu") -> dict
     The same table and reordering as :func:`patchify` (so the same bf16 values as the HF processor),
     run as torch ops: on a GPU that is one upload of the uint8 frames (38 MB for a 10-s window at
     4 fps, 420x756), a gather of the table and one download of the bf16 rows (76 MB), so a model
-    replica can patchify frames in milliseconds without the HF processor, and without numpy's
+    replica can patchify frames on its GPU without the HF processor, and without numpy's
     GIL-bound ``take``. The result is on the host, as vLLM's engine core receives it. On a CPU
     device it is :func:`patchify` (numpy's take is faster there: 206 vs 430 ms for a 10-s window on
     the 2-core dev machine, an ad-hoc timing).
@@ -206,13 +211,14 @@ def _patchify_torch(frames: np.ndarray, fps: float, device: str) -> dict[str, An
     gt, gh, gw = t // TEMPORAL_PATCH_SIZE, h // PATCH_SIZE, w // PATCH_SIZE
     m, p = SPATIAL_MERGE_SIZE, PATCH_SIZE
     table = _torch_table(torch.device(device))
-    with warnings.catch_warnings():  # frames from Ray's object store are read-only; nothing writes to them
-        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-        x = torch.from_numpy(frames).to(table.device)
+    if any(stride < 0 for stride in frames.strides):  # torch takes no negative strides
+        frames = np.ascontiguousarray(frames)
+    x = torch.from_numpy(frames).to(table.device)  # read-only frames are fine: nothing writes to them
     blocks = x.reshape(gt, TEMPORAL_PATCH_SIZE, gh // m, m, p, gw // m, m, p, 3)
     rows = blocks.permute(0, 2, 5, 3, 6, 8, 1, 4, 7).reshape(gt * gh * gw, 3, -1)
     offsets = torch.tensor([0, 256, 512], dtype=torch.int32, device=table.device).view(1, 3, 1)
-    index = rows.to(torch.int32) + offsets  # channel c's row of the flat table starts at 256·c
+    index = rows.to(torch.int32)
+    index += offsets  # channel c's row of the flat table starts at 256·c (in place: one int32 copy)
     pixels = table[index].view(gt * gh * gw, PATCH_VALUES)
     return {
         "pixel_values_videos": pixels.cpu(),

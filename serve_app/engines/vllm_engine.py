@@ -345,9 +345,10 @@ class VLLMEngine(Engine):
         handed-over pixel bytes.
         """
         stage["thread_start"] = time.perf_counter()
+        arrival_s = time.time()  # vLLM's arrival time covers the patchify too, as it covers the HF processor
         prompt = engine_prompt(request, self.config.processor_kwargs, self._table_device)
         req = self.llm.input_processor.process_inputs(
-            request.request_id, prompt, params, supported_tasks=self._tasks, arrival_time=time.time()
+            request.request_id, prompt, params, supported_tasks=self._tasks, arrival_time=arrival_s
         )
         stage["processed"] = time.perf_counter()
         stage["pixel_bytes"] = handoff_pixels(req, self.config.pixel_handoff)

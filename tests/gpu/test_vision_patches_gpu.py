@@ -1,8 +1,8 @@
 """Clips as patches through vLLM's own input processing, against frames through its HF processor.
 
-Needs vLLM (skipped without it, as on the CPU CI); no model is loaded and the GPU stays idle:
-only vLLM's ``InputProcessor`` (tokenizer + multimodal processor) runs. Run on the GPU machine with
-``bash serve_app/bench/gpu_machine.sh tests``.
+Needs vLLM (skipped without it, as on the CPU CI); no model is loaded: only vLLM's ``InputProcessor``
+(tokenizer + multimodal processor) runs, and the table patchify of ``model.patchify: table`` on the GPU.
+Run on the GPU machine with ``bash serve_app/bench/gpu_machine.sh tests``.
 """
 
 import importlib.util

@@ -145,14 +145,27 @@ def test_the_torch_table_patchify_makes_the_same_fields_as_the_numpy_one(t, h, w
         assert torch.equal(fields["second_per_grid_ts"], ref["second_per_grid_ts"])
 
 
-def test_the_torch_table_patchify_takes_a_non_contiguous_clip():
+@pytest.mark.parametrize("view", ["every-other-column", "mirrored"])
+def test_the_torch_table_patchify_takes_a_non_contiguous_clip(view):
     from serve_app.vision_patches import _patchify_torch
 
     wide = np.random.default_rng(3).integers(0, 256, (4, 56, 168, 3), dtype=np.uint8)
-    frames = wide[:, :, ::2]  # (4, 56, 84, 3), strided
+    frames = wide[:, :, ::2] if view == "every-other-column" else wide[:, :, ::-1][:, :, :84]  # (4, 56, 84, 3)
     ours = _patchify_torch(frames, 2.0, "cpu")["pixel_values_videos"]
     ref = patchify(np.ascontiguousarray(frames), 2.0).video_input()["pixel_values_videos"]
     assert torch.equal(ours.view(torch.int16), ref.view(torch.int16))
+
+
+@pytest.mark.parametrize(("device", "torch_ops"), [("cuda", True), ("cuda:1", True), ("cpu", False)])
+def test_patchify_fields_runs_torch_ops_on_an_accelerator_and_numpy_on_the_cpu(monkeypatch, device, torch_ops):
+    import serve_app.vision_patches as vp
+
+    calls = []
+    monkeypatch.setattr(vp, "_patchify_torch", lambda frames, fps, dev: calls.append(dev) or {"from": "torch"})
+    frames = np.zeros((2, 56, 56, 3), np.uint8)
+    out = vp.patchify_fields(frames, 4.0, device)
+    assert calls == ([device] if torch_ops else [])
+    assert (out == {"from": "torch"}) is torch_ops
 
 
 @pytest.mark.parametrize(

@@ -195,6 +195,21 @@ def test_the_preprocessing_thread_patchifies_frames_with_the_table_before_vllm_p
     assert engine_hf.llm.input_processor.prompts[0]["multi_modal_data"]["video"] is frames
 
 
+@pytest.mark.parametrize(
+    ("model", "device"),
+    [
+        ({"patchify": "table", "processor_kwargs": {"device": "cuda"}}, "cuda"),
+        ({"patchify": "table"}, "cpu"),
+        ({"patchify": "processor", "processor_kwargs": {"device": "cuda"}}, None),
+    ],
+)
+def test_the_table_runs_on_the_device_of_processor_kwargs(model, device):
+    from serve_app.config import ModelConfig
+    from serve_app.engines.vllm_engine import VLLMEngine
+
+    assert VLLMEngine(ModelConfig(backend="vllm", **model))._table_device == device
+
+
 def test_table_patchify_is_refused_for_the_transformers_backend():
     from pydantic import ValidationError
 
