@@ -165,12 +165,12 @@ def engine_prompt(
     (:func:`serve_app.vision_patches.patchify_fields`) and go in as processed fields too. Otherwise
     frames go in as frames, with the processor kwargs that give the true temporal positions.
 
-    Raises:
-        ValueError: frames the table patchify cannot take (see :func:`serve_app.vision_patches.patchify`).
-
     The clip gets the request id as its multimodal UUID: every request is a new
     clip, so vLLM hashes the short id instead of 38 MB of pixels (the hash
     keys the multimodal caches, which can never hit across requests here).
+
+    Raises:
+        ValueError: frames the table patchify cannot take (see :func:`serve_app.vision_patches.patchify`).
     """
     if request.patches is not None:
         return {
