@@ -362,21 +362,18 @@ class ModelConfig(_Model):
         return self
 
     @model_validator(mode="after")
-    def _patches_need_vllm(self) -> ModelConfig:
-        if self.vision_input == "patches" and self.backend == "transformers":
-            raise ValueError(
-                "model.vision_input 'patches' needs backend 'vllm' (the transformers backend runs its own "
-                "processor on frames); use vision_input 'frames'"
-            )
-        return self
-
-    @model_validator(mode="after")
-    def _table_patchify_needs_vllm(self) -> ModelConfig:
-        if self.patchify == "table" and self.backend == "transformers":
-            raise ValueError(
-                "model.patchify 'table' needs backend 'vllm' (the transformers backend runs its own processor); "
-                "use patchify 'processor'"
-            )
+    def _processed_input_needs_vllm(self) -> ModelConfig:
+        """Patches from the decode tier and the table patchify hand vLLM processed fields; the
+        transformers backend runs its own processor on frames."""
+        if self.backend != "transformers":
+            return self
+        frames_only = (("vision_input", self.vision_input, "frames"), ("patchify", self.patchify, "processor"))
+        for name, value, default in frames_only:
+            if value != default:
+                raise ValueError(
+                    f"model.{name} '{value}' needs backend 'vllm' (the transformers backend runs its own "
+                    f"processor on frames); use {name} '{default}'"
+                )
         return self
 
     @property

@@ -135,12 +135,8 @@ def patchify(frames: np.ndarray, fps: float) -> VisionPatches:
             multiple of 28, an area outside ``MIN_PIXELS``..``MAX_PIXELS``, no frame), or ``fps`` ≤ 0.
     """
     frames = _checked(frames, fps)
-    t, h, w, _ = frames.shape
-    gt, gh, gw = t // TEMPORAL_PATCH_SIZE, h // PATCH_SIZE, w // PATCH_SIZE
-    m, p = SPATIAL_MERGE_SIZE, PATCH_SIZE
-    # (gt, tps, gh/m, m, p, gw/m, m, p, C) → (gt, gh/m, gw/m, m, m, C, tps, p, p): the HF row order
-    blocks = frames.reshape(gt, TEMPORAL_PATCH_SIZE, gh // m, m, p, gw // m, m, p, 3)
-    rows = np.ascontiguousarray(blocks.transpose(0, 2, 5, 3, 6, 8, 1, 4, 7)).reshape(gt * gh * gw, 3, -1)
+    (gt, gh, gw), blocks_shape = _grid(frames.shape)
+    rows = np.ascontiguousarray(frames.reshape(blocks_shape).transpose(_ROW_ORDER)).reshape(gt * gh * gw, 3, -1)
     table = bf16_table()
     bits = np.empty(rows.shape, dtype=np.uint16)
     for c in range(3):
@@ -207,16 +203,12 @@ def _patchify_torch(frames: np.ndarray, fps: float, device: str) -> dict[str, An
     import torch
 
     frames = _checked(frames, fps)
-    t, h, w, _ = frames.shape
-    gt, gh, gw = t // TEMPORAL_PATCH_SIZE, h // PATCH_SIZE, w // PATCH_SIZE
-    m, p = SPATIAL_MERGE_SIZE, PATCH_SIZE
-    table = _torch_table(torch.device(device))
+    (gt, gh, gw), blocks_shape = _grid(frames.shape)
+    table, offsets = _torch_table(torch.device(device))
     if any(stride < 0 for stride in frames.strides):  # torch takes no negative strides
         frames = np.ascontiguousarray(frames)
     x = torch.from_numpy(frames).to(table.device)  # read-only frames are fine: nothing writes to them
-    blocks = x.reshape(gt, TEMPORAL_PATCH_SIZE, gh // m, m, p, gw // m, m, p, 3)
-    rows = blocks.permute(0, 2, 5, 3, 6, 8, 1, 4, 7).reshape(gt * gh * gw, 3, -1)
-    offsets = torch.tensor([0, 256, 512], dtype=torch.int32, device=table.device).view(1, 3, 1)
+    rows = x.reshape(blocks_shape).permute(_ROW_ORDER).reshape(gt * gh * gw, 3, -1)
     index = rows.to(torch.int32)
     index += offsets  # channel c's row of the flat table starts at 256·c (in place: one int32 copy)
     pixels = table[index].view(gt * gh * gw, PATCH_VALUES)
@@ -228,8 +220,24 @@ def _patchify_torch(frames: np.ndarray, fps: float, device: str) -> dict[str, An
 
 
 @functools.cache
-def _torch_table(device: Any) -> Any:
-    """``(768,) bfloat16`` on ``device``: :func:`bf16_table` flattened (channel c at ``256·c``)."""
+def _torch_table(device: Any) -> tuple[Any, Any]:
+    """:func:`bf16_table` on ``device``, flattened: ``(768,) bfloat16`` (channel c at ``256·c``), and the
+    ``(1, 3, 1) int32`` offsets ``0, 256, 512`` that index each channel's row (both made once per device)."""
     import torch
 
-    return torch.from_numpy(bf16_table().view(np.int16).reshape(-1).copy()).view(torch.bfloat16).to(device)
+    table = torch.from_numpy(bf16_table().view(np.int16).reshape(-1).copy()).view(torch.bfloat16).to(device)
+    offsets = torch.tensor([0, 256, 512], dtype=torch.int32).view(1, 3, 1).to(device)
+    return table, offsets
+
+
+#: Axes of :func:`_grid`'s block view → the HF row order:
+#: ``(gt, tps, gh/m, m, p, gw/m, m, p, C)`` → ``(gt, gh/m, gw/m, m, m, C, tps, p, p)``.
+_ROW_ORDER = (0, 2, 5, 3, 6, 8, 1, 4, 7)
+
+
+def _grid(shape: tuple[int, ...]) -> tuple[tuple[int, int, int], tuple[int, ...]]:
+    """The patch grid ``(t, h, w)`` of checked ``(T, H, W, 3)`` frames and their 9-axis block view's shape."""
+    t, h, w, _ = shape
+    gt, gh, gw = t // TEMPORAL_PATCH_SIZE, h // PATCH_SIZE, w // PATCH_SIZE
+    m, p = SPATIAL_MERGE_SIZE, PATCH_SIZE
+    return (gt, gh, gw), (gt, TEMPORAL_PATCH_SIZE, gh // m, m, p, gw // m, m, p, 3)
