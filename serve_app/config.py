@@ -286,6 +286,15 @@ class ModelConfig(_Model):
         "fields; sets engine_args.enable_mm_embeds. "
         "With vision_input `patches` no frames reach the replica and this has no effect.",
     )
+    compile_cache_dir: str | None = Field(
+        None,
+        description="vllm backend: directory for vLLM's torch.compile/AOT artifacts, Inductor's and Triton's "
+        "kernel caches (sets VLLM_CACHE_ROOT, TORCHINDUCTOR_CACHE_DIR and TRITON_CACHE_DIR under it for the "
+        "replica and its engine core). A later start with the same model and engine arguments loads the "
+        "compiled graphs from it instead of compiling (the replica logs whether it was warm). Put it on a "
+        "volume the model pods share (KubeRay) or a local directory that survives restarts. None: vLLM's "
+        "defaults (~/.cache/vllm, ~/.triton, /tmp/torchinductor_$USER).",
+    )
     device: str = Field("cpu", description="torch device of the transformers backend.")
     max_concurrent_requests: int = Field(
         1, ge=1, description="transformers backend: requests generated at once (a lock; CPU generate is serial)."
@@ -321,6 +330,17 @@ class ModelConfig(_Model):
         "shape of real clips (e.g. [40, 420, 756]: a 10-s 16:9 window at 4 fps) to warm their shapes too.",
     )
     warmup_max_tokens: int = Field(2, ge=1, le=1024, description="Output tokens per warm-up clip.")
+    warmup_decode_sweep: int = Field(
+        0,
+        ge=0,
+        le=1024,
+        description="After the warm-up clips, this many tiny clips (2 frames of 56x56 px, 4 video tokens) at once, "
+        "clip i asking for i+1 output tokens (end-of-sequence ignored), with the sampling defaults of real "
+        "requests: every decode batch size from this number down to 1 runs once, so the kernels vLLM compiles "
+        "per batch shape (Triton sampler and slot-mapping kernels) are compiled before the replica reports "
+        "ready, not during the first burst. Costs about this many decode steps. Set it to the engine's "
+        "max_num_seqs; 0: off.",
+    )
     stream_interval_ms: float = Field(
         50.0,
         ge=0,

@@ -12,15 +12,20 @@ Two places check, because a cluster and a laptop differ:
   replica, typically the ingress, and the app would never answer).
 * :func:`check_replica` runs first thing in a model replica (the vLLM engine's
   ``start``): a replica without vLLM or without a visible CUDA GPU fails at once
-  with the same kind of message, wherever it runs.
+  with the same kind of message, wherever it runs; so does one whose GPU another
+  process holds (:func:`check_gpu_free`: the message names the holder's pid, instead
+  of vLLM's generic not-enough-free-memory error a minute later).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import logging
 import os
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from serve_app.config import AppConfig
 
@@ -159,3 +164,158 @@ def check_replica() -> None:
         found.append(f"no CUDA GPU is visible (CUDA_VISIBLE_DEVICES={visible}; an NVIDIA driver with CUDA 13, R580+)")
     if found:
         raise HardwareError(message(found, "the vLLM model replica cannot start"))
+
+
+#: vLLM's default ``gpu_memory_utilization`` (``vllm/config/cache.py``, 0.9): the fraction of the GPU's
+#: total memory the engine asks for at start, which must be free then (``request_memory`` in
+#: ``vllm/v1/worker/utils.py`` refuses to start otherwise).
+VLLM_DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
+#: Seconds :func:`check_gpu_free` waits for a holder to let go before it fails (an engine core of a
+#: replica that was just killed takes a moment to exit and release its memory).
+HOLDER_GRACE_S = 10.0
+_GIB = 1024**3
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuHolder:
+    """A process that holds memory on a GPU (from NVML).
+
+    Attributes:
+        pid: its process id (as NVML reports it: the host's pid when this runs in a container).
+        name: its command name (``VLLM::EngineCore``...), or ``?`` when this process cannot see it.
+        used_bytes: device memory it holds, bytes (None when the driver does not say).
+    """
+
+    pid: int
+    name: str
+    used_bytes: int | None
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuMemory:
+    """One GPU's memory as NVML reports it: ``index`` (NVML's), ``total_bytes``, ``free_bytes``, ``holders``."""
+
+    index: int
+    total_bytes: int
+    free_bytes: int
+    holders: tuple[GpuHolder, ...]
+
+
+def gpu_memory_problems(gpus: Sequence[GpuMemory], utilization: float) -> list[str]:
+    """What keeps a vLLM engine asking for ``utilization`` × total memory from starting on ``gpus`` (pure).
+
+    Args:
+        gpus: the replica's GPUs.
+        utilization: ``gpu_memory_utilization`` (0..1].
+
+    Returns:
+        One line per GPU whose free memory is short, naming the processes that hold it; empty when all fit.
+    """
+    found = []
+    for g in gpus:
+        need = g.total_bytes * utilization
+        if g.free_bytes >= need:
+            continue
+        held = ", ".join(
+            f"pid {h.pid} ({h.name}"
+            + (f", {h.used_bytes / _GIB:.1f} GiB)" if h.used_bytes is not None else ")")
+            for h in g.holders
+        ) or "no process this driver lists (another container, or memory being freed)"
+        pids = " ".join(str(h.pid) for h in g.holders)
+        fix = f"stop it (e.g. `kill {pids}`; a VLLM::EngineCore is a vLLM engine left by an earlier run)" if pids else (
+            "free it")
+        found.append(
+            f"GPU {g.index} has {g.free_bytes / _GIB:.1f} GiB free of {g.total_bytes / _GIB:.1f} GiB but the engine "
+            f"asks for gpu_memory_utilization {utilization:g} = {need / _GIB:.1f} GiB; held by {held}: {fix}, "
+            "or lower model.engine_args.gpu_memory_utilization"
+        )
+    return found
+
+
+def _process_name(pid: int) -> str:
+    """``pid``'s command name from /proc, or ``?`` when this process cannot see it."""
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip() or "?"
+    except OSError:
+        return "?"
+
+
+def read_gpu_memory(visible: str | None = None) -> list[GpuMemory]:
+    """The memory of the GPUs this process may use, from NVML (no CUDA context is made).
+
+    Args:
+        visible: ``CUDA_VISIBLE_DEVICES`` (indices or ``GPU-...`` UUIDs); default: the environment's.
+            Unset: every GPU.
+
+    Raises:
+        ImportError: no NVML binding (``nvidia-ml-py``, a vLLM dependency) is installed.
+        OSError: NVML failed (no driver, an unknown device id).
+    """
+    import pynvml
+
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES") if visible is None else visible
+    try:
+        return _read_nvml(pynvml, visible)
+    except pynvml.NVMLError as e:
+        raise OSError(f"NVML: {e}") from e
+
+
+def _read_nvml(pynvml: Any, visible: str | None) -> list[GpuMemory]:
+    """:func:`read_gpu_memory`'s NVML calls (raises ``pynvml.NVMLError``)."""
+    pynvml.nvmlInit()
+    try:
+        if visible is None:
+            handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+        else:
+            ids = [v.strip() for v in visible.split(",") if v.strip()]
+            handles = [
+                pynvml.nvmlDeviceGetHandleByUUID(v) if v.startswith(("GPU-", "MIG-"))
+                else pynvml.nvmlDeviceGetHandleByIndex(int(v))
+                for v in ids
+            ]
+        out = []
+        for h in handles:
+            mem = pynvml.nvmlDeviceGetMemoryInfo(h)
+            procs = pynvml.nvmlDeviceGetComputeRunningProcesses(h)
+            holders = tuple(
+                GpuHolder(int(p.pid), _process_name(int(p.pid)), getattr(p, "usedGpuMemory", None)) for p in procs
+            )
+            out.append(GpuMemory(int(pynvml.nvmlDeviceGetIndex(h)), int(mem.total), int(mem.free), holders))
+        return out
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def check_gpu_free(
+    utilization: float,
+    grace_s: float = HOLDER_GRACE_S,
+    read: Callable[[], list[GpuMemory]] = read_gpu_memory,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
+    """Fails at once when other processes hold the memory a vLLM engine needs on this replica's GPUs.
+
+    Re-reads every 0.5 s for up to ``grace_s`` seconds first (a killed replica's engine core takes a
+    moment to release its memory). Skipped (with a log line) when NVML cannot be read.
+
+    Args:
+        utilization: the engine's ``gpu_memory_utilization``.
+        grace_s: seconds to wait for a holder to let go.
+        read: the NVML reader (tests pass their own).
+        sleep: the wait (tests pass their own).
+
+    Raises:
+        HardwareError: the memory is still held after ``grace_s``; the message names the holders' pids.
+    """
+    try:
+        found = gpu_memory_problems(read(), utilization)
+        waited = 0.0
+        while found and waited < grace_s:
+            sleep(0.5)
+            waited += 0.5
+            found = gpu_memory_problems(read(), utilization)
+    except (ImportError, OSError, ValueError) as e:  # no NVML binding or driver: vLLM's own check still runs
+        logger.info("GPU memory preflight skipped: %s", e)
+        return
+    if found:
+        raise HardwareError(f"the vLLM model replica cannot start: {'; '.join(found)} (waited {waited:g} s)")

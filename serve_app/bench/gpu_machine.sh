@@ -5,6 +5,8 @@
 #   bash serve_app/bench/gpu_machine.sh bench [ARGS]     # python -m serve_app.bench.gpu -> $OUT/gpu_bench.json
 #   bash serve_app/bench/gpu_machine.sh engine NAME [ARGS] # python -m serve_app.bench.engine_profile -> $OUT/engine_profile.NAME.json
 #   bash serve_app/bench/gpu_machine.sh freeze           # the exact package set there -> $OUT/gpu-freeze.txt
+#   bash serve_app/bench/gpu_machine.sh prep [N]         # byte-compile /root/site, cut N windows into /tmp/xwin
+#   bash serve_app/bench/gpu_machine.sh lifecycle --config C [ARGS]  # python -m benchmarks.lifecycle -> $OUT/lifecycle.json
 #   bash serve_app/bench/gpu_machine.sh serve CONFIG [key=value ...]   # serve run a derived config (background),
 #                                                        # returns once the app is RUNNING (<= 300 s)
 set -uo pipefail
@@ -41,6 +43,27 @@ PY
       --windows-dir "/tmp/windows-$name" "$@" > "$OUT/engine_profile.$name.log" 2>&1
     rc=$?; mv "$OUT/engine_profile.$name.trace"/profiler_out_0.txt "$OUT/engine_profile.$name.kernels.txt" 2>/dev/null
     rm -rf "$OUT/engine_profile.$name.trace"; tail -30 "$OUT/engine_profile.$name.log"; exit $rc ;;
+  prep)
+    # Byte-compile the staged packages in parallel (pip does this on a normal install; the bundle is
+    # installed with --no-compile, which would charge the first import of vLLM with it), and cut
+    # N distinct 10-s windows of the reference clip into /tmp/xwin (under the lifecycle run's allowed roots).
+    t0=$(date +%s); python3 -m compileall -q -j 16 /root/site >/dev/null 2>&1; echo "prep: byte-compiled in $(( $(date +%s) - t0 )) s"
+    python3 - "${1:-80}" <<'PY'
+import sys, av
+from pathlib import Path
+from serve_app.bench.workload import windows
+from serve_app.bench.vllm_serve import cut_window_files
+clip = Path("tests/data/intel_car-detection.mp4")
+with av.open(str(clip)) as c:
+    dur = float(c.duration / 1e6)
+files = cut_window_files(windows(clip, int(sys.argv[1]), dur), Path("/tmp/xwin"), workers=12)
+print("prep:", len(files), "windows in /tmp/xwin")
+PY
+    ;;
+  lifecycle)
+    # python -m benchmarks.lifecycle CONFIG-AND-ARGS -> $OUT/lifecycle.json (+ serve log, stacks)
+    python3 -m benchmarks.lifecycle --out "$OUT/lifecycle.json" "$@" 2>&1 | tee "$OUT/lifecycle.log" | grep -E "^==|Error|Traceback"
+    gzip -f "$OUT/lifecycle_serve.log" 2>/dev/null; gzip -f "$OUT/lifecycle_stacks.txt" 2>/dev/null; true ;;
   serve)
     # `serve status` (CLI, via the dashboard) hung on the GPU machine on 2026-11-30: wait with
     # serve.status() over the Ray client API instead, under a hard timeout.

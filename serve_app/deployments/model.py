@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import faulthandler
 import logging
+import os
+import signal
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from typing import Any
@@ -31,6 +34,11 @@ from serve_app.vision_patches import patchify
 
 logger = logging.getLogger("ray.serve")
 
+#: When set (to anything), a model replica prints every thread's Python stack to stderr on SIGUSR1
+#: (Ray forwards it to the driver's log): how the lifecycle bench looks inside a slow start where
+#: py-spy cannot attach.
+STACKS_ENV = "COSMOS_SERVE_STACKS_ON_SIGUSR1"
+
 
 def warmup_requests(config: AppConfig) -> list[GenerationRequest]:
     """The replica's warm-up requests: ``model.warmup_clips`` zero clips, each with its own id.
@@ -44,16 +52,36 @@ def warmup_requests(config: AppConfig) -> list[GenerationRequest]:
         ValueError: the shape is one the vision processor would resize (see :func:`patchify`).
     """
     m = config.model
-    frames = np.zeros((*m.warmup_clip_shape, 3), dtype=np.uint8)
+    return _clips(config, m.warmup_clip_shape, [m.warmup_max_tokens] * m.warmup_clips)
+
+
+#: The decode sweep's tiny clip (frames, height, width): 4 video tokens, the smallest the processor keeps.
+SWEEP_CLIP_SHAPE = (2, 56, 56)
+
+
+def decode_sweep_requests(config: AppConfig) -> list[GenerationRequest]:
+    """The decode sweep (``model.warmup_decode_sweep`` = N): N tiny clips of :data:`SWEEP_CLIP_SHAPE`,
+    clip i asking for i+1 output tokens, so the decode batch shrinks from N to 1 one step at a time and
+    every batch size runs once. Empty when N is 0."""
+    n = config.model.warmup_decode_sweep
+    return _clips(config, SWEEP_CLIP_SHAPE, list(range(1, n + 1)))
+
+
+def _clips(config: AppConfig, shape: tuple[int, int, int], max_tokens: list[int]) -> list[GenerationRequest]:
+    """One warm-up request per entry of ``max_tokens``: zero clips of ``shape`` sharing one pixel array."""
+    m = config.model
+    frames = np.zeros((*shape, 3), dtype=np.uint8)
     patches = patchify(frames, config.decode.fps) if m.vision_input == "patches" else None
-    sampling = SamplingOptions(max_tokens=m.warmup_max_tokens, temperature=m.sampling.temperature,
-                               top_p=m.sampling.top_p, repetition_penalty=m.sampling.repetition_penalty,
-                               ignore_eos=True)  # every clip decodes all its tokens: the batch shapes happen
     prompt = render_prompt("warm-up", m.system_prompt)
     return [
-        GenerationRequest(request_id=new_engine_request_id(), frames=None if patches else frames,
-                          patches=patches, fps=config.decode.fps, prompt=prompt, sampling=sampling)
-        for _ in range(m.warmup_clips)
+        GenerationRequest(
+            request_id=new_engine_request_id(), frames=None if patches else frames, patches=patches,
+            fps=config.decode.fps, prompt=prompt,
+            sampling=SamplingOptions(max_tokens=n, temperature=m.sampling.temperature, top_p=m.sampling.top_p,
+                                     repetition_penalty=m.sampling.repetition_penalty,
+                                     ignore_eos=True),  # every clip decodes all its tokens: the batch shapes happen
+        )
+        for n in max_tokens
     ]
 
 
@@ -66,6 +94,8 @@ class VideoModel:
     """
 
     async def __init__(self, config: dict[str, Any]) -> None:  # type: ignore[misc]  # Serve awaits async constructors
+        if os.environ.get(STACKS_ENV):
+            faulthandler.register(signal.SIGUSR1, all_threads=True)
         self.config = AppConfig.model_validate(config)
         self.metrics = ModelMetrics()
         t0 = time.perf_counter()
@@ -94,6 +124,25 @@ class VideoModel:
         """
         requests = warmup_requests(self.config)
         t0 = time.perf_counter()
+        # The first clip alone: the engine's first input processing builds its HF processor, which several
+        # preprocessing threads at once would each build in parallel under the GIL (66 s for 4 threads on the
+        # H200, results/gpu/lifecycle), and real clips may never be the first to pay it.
+        await self._run_all(requests[:1])
+        first_s = time.perf_counter() - t0
+        await self._run_all(requests[1:])
+        clips_s = time.perf_counter() - t0
+        sweep = decode_sweep_requests(self.config)
+        await self._run_all(sweep)
+        logger.info("warm-up: %d clips of %s in %.1f s (first clip alone %.1f s; decode sweep of %d: %.1f s)",
+                    len(requests), self.config.model.warmup_clip_shape, time.perf_counter() - t0, first_s,
+                    len(sweep), time.perf_counter() - t0 - clips_s)
+
+    async def _run_all(self, requests: list[GenerationRequest]) -> None:
+        """Runs ``requests`` through the engine at once, discarding the output.
+
+        Raises:
+            Exception: the first error of any request (the others are cancelled).
+        """
 
         async def one(req: GenerationRequest) -> None:
             async for _ in self.engine.generate(req):
@@ -105,8 +154,6 @@ class VideoModel:
                     tg.create_task(one(r))
         except ExceptionGroup as group:  # the engine's own error, as a single clip would raise it
             raise group.exceptions[0] from None
-        logger.info("warm-up: %d clips of %s in %.1f s", len(requests), self.config.model.warmup_clip_shape,
-                    time.perf_counter() - t0)
 
     def replica_start_s(self) -> float:
         """Seconds this replica took to start (engine load and warm-up)."""

@@ -121,6 +121,27 @@ def accept_processed_video() -> None:
     parser._cosmos_accepts_patches = True
 
 
+def share_tokenizer_pool(tokenizer: Any) -> bool:
+    """Makes ``copy.deepcopy`` of vLLM's thread-safe tokenizer pool return the pool itself.
+
+    vLLM 0.24's renderer wraps the tokenizer in a pool of deep copies (``maybe_make_thread_pool`` in
+    ``vllm/tokenizers/hf.py``), whose ``__reduce__`` deep-copies the tokenizer again; transformers'
+    ``ProcessorMixin.from_pretrained`` deep-copies its kwargs, tokenizer included, so building the HF
+    processor on the first multimodal request copied the whole Qwen tokenizer several times over: 66 s
+    for the first clip of each of 4 preprocessing threads on the H200 (py-spy stacks,
+    ``results/gpu/lifecycle``). The pool is thread-safe by design and nothing mutates it, so sharing it is
+    what the copy was for. Returns whether ``tokenizer`` is such a pool (else nothing changes).
+    """
+    try:
+        from vllm.tokenizers.hf import ThreadSafeHFTokenizerMixin
+    except ImportError:  # another vLLM layout: leave it
+        return False
+    if not isinstance(tokenizer, ThreadSafeHFTokenizerMixin):
+        return False
+    type(tokenizer).__deepcopy__ = lambda self, memo: self
+    return True
+
+
 def processor_kwargs(n_frames: int, fps: float, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """Per-request HF processor kwargs for a clip of ``n_frames`` sampled at ``fps`` (frames/s).
 
@@ -193,6 +214,29 @@ def engine_prompt(
     }
 
 
+def compile_cache_env(cache_dir: str) -> dict[str, str]:
+    """Environment that keeps vLLM's, Inductor's and Triton's compile artifacts under ``cache_dir``.
+
+    ``VLLM_CACHE_ROOT`` holds vLLM's ``torch_compile_cache`` (compiled graphs and AOT artifacts,
+    ``vllm/envs.py``); ``TORCHINDUCTOR_CACHE_DIR`` and ``TRITON_CACHE_DIR`` are the cache variables of
+    torch Inductor and Triton. Relative paths are made absolute (the engine core may run elsewhere).
+    """
+    root = os.path.abspath(os.path.expanduser(cache_dir))
+    return {
+        "VLLM_CACHE_ROOT": os.path.join(root, "vllm"),
+        "TORCHINDUCTOR_CACHE_DIR": os.path.join(root, "inductor"),
+        "TRITON_CACHE_DIR": os.path.join(root, "triton"),
+    }
+
+
+def cache_state(vllm_cache_root: str) -> str:
+    """``warm (N files in DIR)`` when vLLM's compile cache under ``vllm_cache_root`` holds artifacts,
+    else ``cold (DIR empty)``: said at start, so a slow start can be told from a cold one."""
+    compiled = Path(vllm_cache_root) / "torch_compile_cache"
+    n = sum(1 for p in compiled.rglob("*") if p.is_file()) if compiled.is_dir() else 0
+    return f"warm ({n} files in {compiled})" if n else f"cold ({compiled} empty)"
+
+
 def unknown_engine_args(engine_args: dict[str, Any], known: set[str]) -> list[str]:
     """Names in ``engine_args`` that are not vLLM engine arguments (sorted)."""
     return sorted(set(engine_args) - known)
@@ -250,6 +294,9 @@ class VLLMEngine(Engine):
         self._pool: ThreadPoolExecutor | None = None
         self._tasks: Any = None  # the model's supported tasks, as vLLM reports them
         self._timings_path: str | None = None
+        #: seconds of each start phase (``import``: preflight and vLLM's import; ``engine``: AsyncLLM's
+        #: build, engine-core process, model load, compile, CUDA graphs)
+        self.phases_s: dict[str, float] = {}
         #: torch device of the table patchify (``model.patchify: table``), else None (HF processor)
         self._table_device: str | None = (
             str(config.processor_kwargs.get("device", "cpu")) if config.patchify == "table" else None
@@ -261,16 +308,27 @@ class VLLMEngine(Engine):
         Raises:
             serve_app.preflight.HardwareError: no vLLM or no CUDA GPU here (at once, before any import of vLLM).
         """
-        from serve_app.preflight import check_replica
+        from serve_app.preflight import VLLM_DEFAULT_GPU_MEMORY_UTILIZATION, check_gpu_free, check_replica
 
+        t_start = time.perf_counter()
         check_replica()
+        args = dict(self.config.engine_args)
+        check_gpu_free(float(args.get("gpu_memory_utilization", VLLM_DEFAULT_GPU_MEMORY_UTILIZATION)))
+        cache = self.config.compile_cache_dir
+        if cache:
+            os.environ.update(compile_cache_env(cache))  # before vLLM's import; the engine core inherits it
+        cache_root = os.environ.get("VLLM_CACHE_ROOT", os.path.expanduser("~/.cache/vllm"))
+        compile_cache = cache_state(cache_root)
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
+        from serve_app.engines import engine_watch
+
+        engine_watch.install()  # the engine core ends with this replica, however it dies
+        self.phases_s["import"] = time.perf_counter() - t_start
         model = self.config.model_id
         if self.config.checkpoint:
             model = str(ensure_checkpoint(self.config.checkpoint, model))
-        args = dict(self.config.engine_args)
         if self.config.vision_input == "patches" or self.config.patchify == "table":
             accept_processed_video()
             args.setdefault("enable_mm_embeds", True)  # vLLM checks it for every pass-through item
@@ -285,14 +343,19 @@ class VLLMEngine(Engine):
         t0 = time.perf_counter()
         engine_args = AsyncEngineArgs(model=model, served_model_name=self.config.name, **args)
         self.llm = AsyncLLM.from_engine_args(engine_args)
+        shared = share_tokenizer_pool(getattr(self.llm, "tokenizer", None))
+        logger.info("tokenizer pool shared on deepcopy: %s", shared)
         if self.config.preprocess_threads > 0:
             self._pool = ThreadPoolExecutor(self.config.preprocess_threads, thread_name_prefix="mm-preprocess")
             self._tasks = await self.llm.get_supported_tasks()
+        self.phases_s["engine"] = time.perf_counter() - t0
         logger.info(
-            "vLLM AsyncLLM ready in %.1f s (%s, random weights %s)",
-            time.perf_counter() - t0,
+            "vLLM AsyncLLM ready in %.1f s (%s, random weights %s; preflight + vLLM import %.1f s; compile cache %s)",
+            self.phases_s["engine"],
             model,
             self.random_weights,
+            self.phases_s["import"],
+            compile_cache,
         )
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:

@@ -74,3 +74,27 @@ def test_preflight_leaves_cuda_to_the_forked_engine_core():
     )
     assert "parent cuda initialised: False" in out.stdout, out.stdout + out.stderr
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+HOLDER = """
+import sys, time, torch
+free, total = torch.cuda.mem_get_info()
+block = torch.empty(int(total * 0.5), dtype=torch.uint8, device="cuda")  # half the GPU
+print("holding", flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_gpu_held_by_another_process_fails_the_start_naming_its_pid():
+    # Not run in the session that wrote it (its device time was spent): run with tests/gpu.
+    from serve_app.preflight import HardwareError, check_gpu_free
+
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "holding"
+        with pytest.raises(HardwareError, match=rf"pid {holder.pid} \(python"):
+            check_gpu_free(0.9, grace_s=1)
+    finally:
+        holder.kill()
+        holder.wait(30)
+    check_gpu_free(0.4, grace_s=15)  # memory back once the holder is gone: no error

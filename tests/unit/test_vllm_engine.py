@@ -241,3 +241,34 @@ def test_video_pruning_is_refused_with_the_reason(rate):
     with pytest.raises(ValidationError, match=r"video_pruning_rate .* \(EVS\) is refused: .*temporal position 0"):
         ModelConfig(engine_args={"video_pruning_rate": rate})
     assert ModelConfig(engine_args={"video_pruning_rate": 0}).engine_args == {"video_pruning_rate": 0}
+
+
+def test_the_compile_cache_env_keeps_every_compiler_under_one_folder(tmp_path):
+    from serve_app.engines.vllm_engine import compile_cache_env
+
+    env = compile_cache_env(str(tmp_path / "cache"))
+    assert env == {"VLLM_CACHE_ROOT": str(tmp_path / "cache" / "vllm"),
+                   "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache" / "inductor"),
+                   "TRITON_CACHE_DIR": str(tmp_path / "cache" / "triton")}
+    assert all(v.startswith("/") for v in compile_cache_env("rel/dir").values())  # the engine core may run elsewhere
+
+
+def test_the_start_says_whether_the_compile_cache_was_warm(tmp_path):
+    from serve_app.engines.vllm_engine import cache_state
+
+    assert cache_state(str(tmp_path)).startswith("cold")
+    (tmp_path / "torch_compile_cache" / "abc" / "rank_0_0").mkdir(parents=True)
+    assert cache_state(str(tmp_path)).startswith("cold")  # folders without artifacts are not a cache
+    (tmp_path / "torch_compile_cache" / "abc" / "rank_0_0" / "model").write_bytes(b"x")
+    assert cache_state(str(tmp_path)).startswith("warm (1 files")
+
+
+def test_a_plain_tokenizer_is_left_as_it_is():
+    from serve_app.engines.vllm_engine import share_tokenizer_pool
+
+    class Plain:
+        pass
+
+    assert share_tokenizer_pool(Plain()) is False
+    assert share_tokenizer_pool(None) is False
+    assert "__deepcopy__" not in Plain.__dict__

@@ -96,7 +96,7 @@ def test_the_replica_sends_its_warmup_clips_at_once():
 
     engine = asyncio.run(_warm_up_with(Counting, 6))
     assert engine.calls == 6
-    assert engine.peak == 6
+    assert engine.peak == 5  # the first clip alone (it builds the engine's processor), then the other 5 at once
 
 
 def test_a_warmup_clip_longer_than_the_context_is_refused_at_config_load():
@@ -149,4 +149,51 @@ def test_a_failing_warmup_clip_fails_the_start_with_the_engines_error_and_cancel
     with pytest.raises(EngineDeadError, match="during warm-up"):
         asyncio.run(_warm_up_with(make, 5))
     engine = engines[0]
-    assert engine.calls == 5 and engine.finished == 0  # the others were cancelled, not left running
+    assert engine.calls == 5 and engine.finished == 1  # the first ran alone; the rest were cancelled, not left running
+
+
+def test_the_decode_sweep_shrinks_the_batch_one_sequence_per_step():
+    from serve_app.deployments.model import SWEEP_CLIP_SHAPE, decode_sweep_requests
+
+    config = AppConfig.model_validate({"model": {"backend": "vllm", "warmup_decode_sweep": 5,
+                                                 "sampling": {"temperature": 0.6, "top_p": 0.95}}})
+    sweep = decode_sweep_requests(config)
+    assert [r.sampling.max_tokens for r in sweep] == [1, 2, 3, 4, 5]  # batch sizes 5, 4, 3, 2, 1 each run once
+    assert all(r.sampling.ignore_eos for r in sweep)
+    assert {r.sampling.temperature for r in sweep} == {0.6} and {r.sampling.top_p for r in sweep} == {0.95}
+    assert {r.frames.shape for r in sweep} == {(*SWEEP_CLIP_SHAPE, 3)}
+    assert len({r.request_id for r in sweep}) == 5
+    off = AppConfig.model_validate({"model": {"backend": "vllm"}})
+    assert decode_sweep_requests(off) == []
+
+
+def test_the_warmup_runs_the_decode_sweep_after_the_clips():
+    from serve_app.deployments.model import SWEEP_CLIP_SHAPE
+    from serve_app.testing.engines import ScriptedEngine
+
+    class Recording(ScriptedEngine):
+        def __init__(self, config):
+            super().__init__(config)
+            self.shapes = []
+
+        async def generate(self, request):
+            self.shapes.append(request.frames.shape[:3])
+            async for chunk in super().generate(request):
+                yield chunk
+
+    async def run():
+        from serve_app.deployments.model import VideoModel
+
+        model = VideoModel.func_or_class.__new__(VideoModel.func_or_class)
+        await model.__init__({"model": {"backend": "serve_app.testing.engines:scripted_engine", "warmup": False,
+                                        "warmup_clips": 2, "warmup_decode_sweep": 3}})
+        engine = model.engine = Recording(model.config.model)
+        try:
+            await model._warmup()
+        finally:
+            await model.__del__()
+        return engine
+
+    engine = asyncio.run(run())
+    clip = tuple(AppConfig().model.warmup_clip_shape)
+    assert engine.shapes == [clip, clip, SWEEP_CLIP_SHAPE, SWEEP_CLIP_SHAPE, SWEEP_CLIP_SHAPE]

@@ -1,0 +1,375 @@
+"""The model replica's life cycle as a user sees it: start, first burst, crash and recovery, every stop path.
+
+Runs on the GPU machine (``bash benchmarks/gpu_machine.sh lifecycle [ARGS]``), against ``serve run`` of a
+config exactly as a user starts it (its own process group, the terminal's default SIGINT), and writes
+one JSON result with its command. Steps (``--steps``, in order, comma-separated):
+
+* ``start``: ``serve run`` → the first answered query (``POST /v1/video/query``, 8 tokens, polled every
+  0.5 s), the start broken into phases from the log (:func:`start_phases`), and whether vLLM's compile
+  cache was warm. ``--stacks-every-s`` samples the model replica's and engine core's Python stacks with
+  py-spy meanwhile (a file under the result's folder) to find where a slow start spends its time.
+* ``burst``: ``--burst`` distinct 10-s windows at once through ``vllm bench serve`` (vLLM's own client,
+  ``/v1/chat/completions``, 256 tokens, ``ignore_eos``); clips/s. Two bursts after a start give the
+  first-burst ratio.
+* ``kill``: SIGKILL of the model replica's worker while ``--kill-load`` clients keep asking; the time
+  to the next answered query, every request's outcome meanwhile, and engine-core processes left.
+* ``stop-sigint`` / ``stop-shutdown`` / ``stop-ray``: Ctrl-C of ``serve run`` (SIGINT to its process
+  group, as a terminal sends it), ``serve shutdown -y``, ``ray stop``; then the seconds until the GPU's
+  memory is back to idle and the engine processes left. Whatever a stop leaves is then cleaned up by
+  force (and recorded), so the next step starts clean.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from serve_app.config import load_serve_config
+
+#: Windows at the end of --windows-dir that single queries use (bursts use distinct ones from the front,
+#: so no two requests of a burst or of two bursts share a clip).
+QUERY_WINDOWS = 16
+#: GPU memory (MiB) under which a GPU counts as idle (the driver's own use is a few hundred MiB).
+IDLE_MIB = 1024
+#: The log lines that mark the model replica's start phases (regex → phase name), in order.
+PHASE_MARKS = (
+    (r"Adding 1 replica to Deployment\(name='VideoModel'", "replica_added"),
+    (r"Resolved architecture", "vllm_config"),
+    (r"Initializing a V1 LLM engine", "engine_core_started"),
+    (r"init engine \(profile, create kv cache, warmup model\) took", "engine_ready"),
+    (r"vLLM AsyncLLM ready in", "asyncllm_ready"),
+    (r"warm-up: \d+ clips", "warmup_done"),
+    (r"model replica ready in", "replica_ready"),
+)
+_RAY_TS = re.compile(r"(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}),(\d{3})")
+_VLLM_TS = re.compile(r"\b(\d{2}-\d{2} \d{2}:\d{2}:\d{2})\b")
+
+
+def line_time(line: str, year: int) -> float | None:
+    """Epoch seconds of a Ray (``2026-12-01 19:47:01,254``) or vLLM (``12-01 19:47:25``) log line's
+    timestamp (local time), or None when it has none."""
+    if m := _RAY_TS.search(line):
+        return datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S").timestamp() + int(m.group(2)) / 1000
+    if m := _VLLM_TS.search(line):
+        return datetime.strptime(f"{year}-{m.group(1)}", "%Y-%m-%d %H:%M:%S").timestamp()
+    return None
+
+
+def start_phases(log: str, since: float, year: int) -> dict[str, Any]:
+    """The model replica's start phases from a ``serve run`` log (pure).
+
+    Args:
+        log: the log text.
+        since: epoch seconds of the ``serve run`` start (earlier lines are ignored).
+        year: the year of vLLM's year-less timestamps.
+
+    Returns:
+        ``marks_s``: seconds from ``since`` to the last occurrence of each :data:`PHASE_MARKS` line, and
+        the figures vLLM and the replica print (``init_engine_s``, ``compile_s``, ``graph_capture_s``,
+        ``warmup_s``, ``replica_ready_s``, ``compile_cache``) where present.
+    """
+    marks: dict[str, float] = {}
+    out: dict[str, Any] = {"marks_s": marks}
+    figures = (
+        (r"init engine .* took ([\d.]+) s \(compilation: ([\d.]+) s", ("init_engine_s", "compile_s")),
+        (r"Graph capturing finished in ([\d.]+) secs", ("graph_capture_s",)),
+        (r"warm-up: \d+ clips of .*? in ([\d.]+) s", ("warmup_s",)),
+        (r"first clip alone ([\d.]+) s; decode sweep of \d+: ([\d.]+) s", ("warmup_first_clip_s", "warmup_sweep_s")),
+        (r"model replica ready in ([\d.]+) s", ("replica_ready_s",)),
+        (r"preflight \+ vLLM import ([\d.]+) s", ("replica_import_s",)),
+    )
+    for line in log.splitlines():
+        t = line_time(line, year)
+        if t is None or t < since - 1:
+            continue
+        for pattern, name in PHASE_MARKS:
+            if re.search(pattern, line):
+                marks[name] = round(t - since, 1)
+        for pattern, names in figures:
+            if m := re.search(pattern, line):
+                out.update({n: float(v) for n, v in zip(names, m.groups(), strict=True)})
+        if m := re.search(r"compile cache (warm|cold)", line):
+            out["compile_cache"] = m.group(1)
+    return out
+
+
+def gpu_state() -> dict[str, Any]:
+    """GPU memory used (MiB, summed over GPUs) and the compute processes (``pid``, ``name``, ``mib``): nvidia-smi."""
+    used = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                          capture_output=True, text=True, check=False).stdout.split()
+    apps = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,process_name,used_memory",
+                           "--format=csv,noheader,nounits"], capture_output=True, text=True, check=False).stdout
+    procs = []
+    for row in apps.strip().splitlines():
+        pid, name, mib = (x.strip() for x in row.split(","))
+        procs.append({"pid": int(pid), "name": name, "mib": int(mib) if mib.isdigit() else None})
+    return {"used_mib": sum(int(x) for x in used if x.isdigit()), "processes": procs}
+
+
+def engine_processes() -> list[dict[str, Any]]:
+    """Live vLLM engine-core and model-replica processes (``pid``, ``ppid``, ``cmd``)."""
+    ps = subprocess.run(["ps", "-eo", "pid,ppid,args"], capture_output=True, text=True, check=False).stdout
+    out = []
+    for row in ps.splitlines()[1:]:
+        pid, ppid, cmd = row.strip().split(None, 2)
+        if "EngineCore" in cmd or ("ServeReplica:" in cmd and "VideoModel" in cmd):
+            out.append({"pid": int(pid), "ppid": int(ppid), "cmd": cmd[:80]})
+    return out
+
+
+def wait_gpu_idle(timeout_s: float) -> float | None:
+    """Seconds until the GPU's used memory falls under :data:`IDLE_MIB` (None: not within ``timeout_s``)."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout_s:
+        if gpu_state()["used_mib"] < IDLE_MIB:
+            return round(time.monotonic() - t0, 1)
+        time.sleep(0.5)
+    return None
+
+
+def force_clean() -> dict[str, Any]:
+    """Stops whatever a step left (``ray stop --force``, then SIGKILL to every GPU process); what it found."""
+    left = {"gpu": gpu_state(), "engine_processes": engine_processes()}
+    subprocess.run(["ray", "stop", "--force"], capture_output=True, check=False)
+    left["idle_after_ray_stop_force_s"] = wait_gpu_idle(20)  # what ends by itself once Ray is gone
+    left["gpu_processes_after_ray_stop_force"] = gpu_state()["processes"]
+    for p in gpu_state()["processes"]:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(p["pid"], signal.SIGKILL)
+    left["idle_after_s"] = wait_gpu_idle(30)
+    return left
+
+
+class Lifecycle:
+    """One bench run: the ``serve run`` process, the windows, and the result being written."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.out = Path(args.out)
+        self.dir = self.out.parent
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = self.dir / "lifecycle_serve.log"
+        self.result: dict[str, Any] = {"command": "python -m benchmarks.lifecycle " + " ".join(sys.argv[1:]),
+                                       "config": args.config, "overrides": args.set, "steps": []}
+        app = load_serve_config(args.derived)["applications"][0]
+        self.port = int(load_serve_config(args.derived).get("http_options", {}).get("port", 8000))
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.model = app["args"]["model"].get("served_model_name") or app["args"]["model"]["model_id"]
+
+    def save(self) -> None:
+        self.out.write_text(json.dumps(self.result, indent=2) + "\n")
+
+    def query_body(self, i: int) -> dict[str, Any]:
+        files = sorted(Path(self.args.windows_dir).glob("*.mp4"))[-QUERY_WINDOWS:]  # bursts take theirs from the front
+        return {"video_path": str(files[i % len(files)]), "question": "What happens?", "max_tokens": 8}
+
+    def start(self) -> dict[str, Any]:
+        """``serve run`` → first answered query (see the module doc)."""
+        before = {"gpu": gpu_state(), "engine_processes": engine_processes()}
+        t0 = time.time()
+        with open(self.log_path, "ab") as log:  # the child keeps its own copy of the descriptor
+            self.proc = subprocess.Popen(  # a terminal's foreground job: own process group, default SIGINT
+                ["serve", "run", self.args.derived], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        stacks = self.dir / "lifecycle_stacks.txt" if self.args.stacks_every_s else None
+        next_stack = time.monotonic() + (self.args.stacks_every_s or 0)
+        answered = None
+        with httpx.Client(timeout=30) as client:
+            while time.time() - t0 < self.args.start_timeout_s and self.proc.poll() is None:
+                with contextlib.suppress(httpx.HTTPError):
+                    r = client.post(f"{self.url}/v1/video/query", json=self.query_body(0))
+                    if r.status_code == 200:
+                        answered = round(time.time() - t0, 1)
+                        break
+                if stacks is not None and time.monotonic() >= next_stack:
+                    dump_stacks(stacks, round(time.time() - t0, 1))
+                    next_stack += self.args.stacks_every_s
+                time.sleep(0.5)
+        phases = start_phases(self.log_path.read_text(errors="replace"), t0, datetime.now().year)
+        return {"first_answer_s": answered, "exited": self.proc.poll(), "before": before, **phases}
+
+    def burst(self) -> dict[str, Any]:
+        """``--burst`` windows at once through ``vllm bench serve`` (see the module doc)."""
+        n = self.args.burst
+        files = sorted(Path(self.args.windows_dir).glob("*.mp4"))
+        offset = self.args.burst_offset
+        self.args.burst_offset += n
+        chosen = [files[(offset + i) % len(files)] for i in range(n)]
+        data = [{"id": f"w{i}", "conversations": [{"from": "human", "value": "Is anyone in this scene in danger?"},
+                 {"from": "gpt", "value": "a b c d"}], "video": str(p)} for i, p in enumerate(chosen)]
+        ds = Path(f"/tmp/lifecycle-burst-{offset}.json")
+        ds.write_text(json.dumps(data))
+        name = f"lifecycle_burst_{offset}.json"
+        cmd = [sys.executable, "-m", "vllm.entrypoints.cli.main", "bench", "serve", "--backend", "openai-chat",
+               "--base-url", self.url, "--endpoint", "/v1/chat/completions", "--model", self.model,
+               "--tokenizer", self.args.tokenizer, "--dataset-name", "sharegpt", "--dataset-path", str(ds),
+               "--num-prompts", str(n), "--max-concurrency", str(n), "--request-rate", "inf",
+               "--sharegpt-output-len", "256", "--ignore-eos", "--disable-tqdm", "--save-result",
+               "--result-dir", str(self.dir), "--result-filename", name]
+        t0 = time.time()
+        p = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=600)
+        res: dict[str, Any] = {"clips": n, "rc": p.returncode, "wall_s": round(time.time() - t0, 1)}
+        with contextlib.suppress(OSError, ValueError):
+            j = json.loads((self.dir / name).read_text())
+            res.update({k: j.get(k) for k in ("completed", "failed", "request_throughput", "duration",
+                                              "mean_e2el_ms", "total_input_tokens")})
+            (self.dir / name).unlink()
+        if p.returncode:
+            res["stderr_tail"] = p.stderr[-1500:]
+        return res
+
+    def kill(self) -> dict[str, Any]:
+        """SIGKILL of the model replica's worker under load → next answered query (see the module doc)."""
+        replicas = [p for p in engine_processes() if "VideoModel" in p["cmd"]]
+        engines_before = [p for p in engine_processes() if "EngineCore" in p["cmd"]]
+        if not replicas:
+            return {"error": "no VideoModel replica process"}
+        outcomes: list[dict[str, Any]] = []
+        answered: dict[str, float] = {}
+        t_kill = 0.0
+
+        async def client_loop(k: int) -> None:
+            async with httpx.AsyncClient(timeout=300) as c:
+                i = k
+                while "s" not in answered and time.time() - t_kill < self.args.start_timeout_s:
+                    t = time.time()
+                    try:
+                        r = await c.post(f"{self.url}/v1/video/query", json=self.query_body(i))
+                        code: int | str = r.status_code
+                    except httpx.HTTPError as e:
+                        code = type(e).__name__
+                    outcomes.append({"sent_s": round(t - t_kill, 2), "done_s": round(time.time() - t_kill, 2),
+                                     "status": code})
+                    if code == 200 and t > t_kill:
+                        answered.setdefault("s", round(time.time() - t_kill, 1))
+                    elif code != 200:
+                        await asyncio.sleep(0.5)
+                    i += self.args.kill_load
+
+        async def run() -> None:
+            nonlocal t_kill
+            t_kill = time.time() + 3  # load runs 3 s before the kill
+            tasks = [asyncio.create_task(client_loop(k)) for k in range(self.args.kill_load)]
+            await asyncio.sleep(3)
+            os.kill(replicas[0]["pid"], signal.SIGKILL)
+            gone: float | None = None
+            while not all(t.done() for t in tasks):
+                alive = {p["pid"] for p in engine_processes()}
+                if gone is None and not any(e["pid"] in alive for e in engines_before):
+                    gone = round(time.time() - t_kill, 1)
+                    answered["engine_gone_s"] = gone
+                await asyncio.sleep(0.5)
+
+        asyncio.run(run())
+        codes: dict[str, int] = {}
+        for o in outcomes:
+            codes[str(o["status"])] = codes.get(str(o["status"]), 0) + 1
+        return {"replica_pid": replicas[0]["pid"], "answered_again_s": answered.get("s"),
+                "old_engine_gone_s": answered.get("engine_gone_s"), "outcomes_by_status": codes,
+                "requests": outcomes, "engine_processes_after": engine_processes()}
+
+    def stop(self, how: str) -> dict[str, Any]:
+        """One stop path, then GPU idle time and processes left (see the module doc)."""
+        t0 = time.time()
+        if how == "sigint":
+            assert self.proc is not None
+            os.killpg(self.proc.pid, signal.SIGINT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(60)
+        done: subprocess.CompletedProcess[str] | None = None
+        if how == "shutdown":
+            done = subprocess.run(["serve", "shutdown", "-y"], capture_output=True, text=True, check=False, timeout=120)
+        elif how == "ray":
+            done = subprocess.run(["ray", "stop"], capture_output=True, text=True, check=False, timeout=120)
+        cmd_s = round(time.time() - t0, 1)
+        idle = wait_gpu_idle(self.args.stop_wait_s)
+        res = {"path": how, "command_s": cmd_s, "gpu_idle_after_s": None if idle is None else round(cmd_s + idle, 1),
+               "serve_run_exited": None if self.proc is None else self.proc.poll(),
+               "engine_processes_left": [p for p in engine_processes() if "EngineCore" in p["cmd"]]}
+        if done is not None:
+            res.update(rc=done.returncode, output_tail=(done.stdout + done.stderr)[-600:])
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+        res["forced_cleanup"] = force_clean()
+        self.proc = None
+        return res
+
+
+def dump_stacks(path: Path, at_s: float) -> None:
+    """Appends py-spy dumps of the model replica and engine-core processes to ``path`` (``at_s``: seconds
+    since start). py-spy pauses each process while it reads it (seconds for a replica with many threads):
+    a start sampled this way is slower than one that is not."""
+    with open(path, "a") as f:
+        _dump_to(f, at_s)
+
+
+def _dump_to(f: Any, at_s: float) -> None:
+    for p in engine_processes():
+        d = subprocess.run(["py-spy", "dump", "--pid", str(p["pid"])], capture_output=True, text=True,
+                           check=False, timeout=30)
+        f.write(f"=== t={at_s}s pid {p['pid']} {p['cmd'][:60]}\n{d.stdout}{d.stderr[-300:]}\n")
+        if d.returncode and "VideoModel" in p["cmd"]:  # no ptrace here: the replica's own handler (serve log)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p["pid"], signal.SIGUSR1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--config", required=True)
+    ap.add_argument("--set", nargs="*", default=[], help="key=value overrides (python -m serve_app.config override)")
+    ap.add_argument("--steps", default="start,burst,burst,kill,stop-sigint")
+    ap.add_argument("--windows-dir", required=True, help="folder of 10-s window files (under sources.allowed_roots)")
+    ap.add_argument("--tokenizer", required=True, help="the checkpoint folder, for vllm bench serve")
+    ap.add_argument("--burst", type=int, default=64)
+    ap.add_argument("--kill-load", type=int, default=4, help="clients asking during the kill step")
+    ap.add_argument("--stacks-every-s", type=float, default=0, help="py-spy stack samples during start (0: off)")
+    ap.add_argument("--start-timeout-s", type=float, default=400)
+    ap.add_argument("--stop-wait-s", type=float, default=60)
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args(argv)
+    args.derived = str(Path(args.out).parent / "lifecycle_config.yaml")
+    args.burst_offset = 0
+    os.environ.setdefault("COSMOS_SERVE_STACKS_ON_SIGUSR1", "1" if args.stacks_every_s else "")
+    subprocess.run([sys.executable, "-m", "serve_app.config", "override", args.config, *args.set, "-o", args.derived],
+                   check=True)
+    run = Lifecycle(args)
+    try:
+        for step in args.steps.split(","):
+            t0 = time.time()
+            if step == "start":
+                res = run.start()
+            elif step == "burst":
+                res = run.burst()
+            elif step == "kill":
+                res = run.kill()
+            elif step.startswith("stop-"):
+                res = run.stop(step.removeprefix("stop-"))
+            else:
+                raise SystemExit(f"unknown step {step}")
+            run.result["steps"].append({"step": step, "at": time.strftime("%H:%M:%S", time.localtime(t0)), **res})
+            run.save()
+            print(f"== {step}: " + json.dumps({k: v for k, v in res.items() if k not in ("requests", "before")})[:900],
+                  flush=True)
+    finally:
+        if run.proc is not None:
+            run.result["final_cleanup"] = run.stop("sigint")
+            run.save()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

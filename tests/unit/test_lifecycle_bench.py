@@ -1,0 +1,50 @@
+"""The lifecycle bench's log reading: the model replica's start phases from a `serve run` log."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from benchmarks.lifecycle import line_time, start_phases
+
+# Lines as `serve run configs/h200.yaml` printed them on the H200 (results/gpu/lifecycle/, shortened).
+LOG = "\n".join([
+    "2026-12-01 21:40:29,010\tINFO scripts.py:489 -- Running config file: '/root/out/lifecycle_config.yaml'.",
+    "\x1b[0m INFO 2026-12-01 21:40:38,651 controller 1 -- Adding 1 replica to Deployment(name='VideoModel', app='c').",
+    "\x1b[0m INFO 12-01 21:40:57 [model.py:598] Resolved architecture: Qwen2_5_VLForConditionalGeneration",
+    "\x1b[0m (EngineCore pid=11654) INFO 12-01 21:41:25 [core.py:114] Initializing a V1 LLM engine (v0.24.0) with",
+    "\x1b[0m (EngineCore pid=11654) INFO 12-01 21:42:03 [gpu_model_runner.py:6656] Graph capturing finished in 4 secs",
+    "\x1b[0m (EngineCore pid=11654) INFO 12-01 21:42:03 [core.py:327] init engine (profile, create kv cache, warmup "
+    "model) took 21.71 s (compilation: 10.78 s)",
+    "\x1b[0m INFO 2026-12-01 21:42:04,100 cosmos-video_VideoModel ab12 -- vLLM AsyncLLM ready in 61.2 s (/m, random "
+    "weights True; preflight + vLLM import 13.9 s; compile cache warm (212 files in /root/.cache/vllm/tcc))",
+    "\x1b[0m INFO 2026-12-01 21:42:10,000 cosmos-video_VideoModel ab12 -- warm-up: 32 clips of (40, 420, 756) in 5.9 s "
+    "(first clip alone 1.3 s; decode sweep of 128: 2.7 s)",
+    "\x1b[0m INFO 2026-12-01 21:42:10,001 cosmos-video_VideoModel ab12 -- model replica ready in 84.4 s (backend vllm)",
+])
+
+
+def test_both_timestamp_forms_are_read():
+    ray = line_time("INFO 2026-12-01 21:40:38,651 controller -- x", 2026)
+    vllm = line_time("(EngineCore pid=1) INFO 12-01 21:40:57 [model.py:598] y", 2026)
+    assert ray is not None and vllm is not None
+    assert round(vllm - ray, 3) == 18.349
+    assert line_time("no time here", 2026) is None
+
+
+def test_the_start_is_broken_into_phases():
+    since = datetime(2026, 12, 1, 21, 40, 29).timestamp()
+    p = start_phases(LOG, since, 2026)
+    assert p["marks_s"] == {"replica_added": 9.7, "vllm_config": 28.0, "engine_core_started": 56.0,
+                            "engine_ready": 94.0, "asyncllm_ready": 95.1, "warmup_done": 101.0,
+                            "replica_ready": 101.0}
+    assert (p["init_engine_s"], p["compile_s"], p["graph_capture_s"]) == (21.71, 10.78, 4.0)
+    assert (p["warmup_s"], p["warmup_first_clip_s"], p["warmup_sweep_s"]) == (5.9, 1.3, 2.7)
+    assert p["replica_ready_s"] == 84.4 and p["replica_import_s"] == 13.9
+    assert p["compile_cache"] == "warm"
+
+
+def test_lines_before_the_start_are_ignored():
+    late = datetime(2026, 12, 1, 21, 41, 0).timestamp()
+    p = start_phases(LOG, late, 2026)
+    assert "replica_added" not in p["marks_s"] and "vllm_config" not in p["marks_s"]
+    assert p["marks_s"]["engine_core_started"] == 25.0
