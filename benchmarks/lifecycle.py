@@ -27,6 +27,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -46,6 +47,9 @@ QUERY_WINDOWS = 16
 IDLE_MIB = 1024
 #: The log lines that mark the model replica's start phases (regex → phase name), in order.
 PHASE_MARKS = (
+    (r"ingress ready", "ingress_ready"),
+    (r"decode replica ready", "decoder_ready"),
+    (r"stream worker ready", "stream_worker_ready"),
     (r"Adding 1 replica to Deployment\(name='VideoModel'", "replica_added"),
     (r"Resolved architecture", "vllm_config"),
     (r"Initializing a V1 LLM engine", "engine_core_started"),
@@ -108,6 +112,8 @@ def start_phases(log: str, since: float, year: int) -> dict[str, Any]:
 
 def gpu_state() -> dict[str, Any]:
     """GPU memory used (MiB, summed over GPUs) and the compute processes (``pid``, ``name``, ``mib``): nvidia-smi."""
+    if shutil.which("nvidia-smi") is None:  # a CPU machine: nothing to hold
+        return {"used_mib": 0, "processes": []}
     used = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
                           capture_output=True, text=True, check=False).stdout.split()
     apps = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,process_name,used_memory",
@@ -119,6 +125,14 @@ def gpu_state() -> dict[str, Any]:
     return {"used_mib": sum(int(x) for x in used if x.isdigit()), "processes": procs}
 
 
+def gpu_name() -> str | None:
+    """The GPU's name (nvidia-smi), or None on a machine without one."""
+    if shutil.which("nvidia-smi") is None:
+        return None
+    return subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                          text=True, check=False).stdout.strip() or None
+
+
 def engine_processes() -> list[dict[str, Any]]:
     """Live vLLM engine-core and model-replica processes (``pid``, ``ppid``, ``cmd``)."""
     ps = subprocess.run(["ps", "-eo", "pid,ppid,args"], capture_output=True, text=True, check=False).stdout
@@ -128,6 +142,14 @@ def engine_processes() -> list[dict[str, Any]]:
         if "EngineCore" in cmd or ("ServeReplica:" in cmd and "VideoModel" in cmd):
             out.append({"pid": int(pid), "ppid": int(ppid), "cmd": cmd[:80]})
     return out
+
+
+def ray_processes() -> list[str]:
+    """Command lines (first 60 characters) of live Ray processes: workers, raylet, GCS (zombies excluded)."""
+    ps = subprocess.run(["ps", "-eo", "stat,args"], capture_output=True, text=True, check=False).stdout
+    rows = (r.strip().split(None, 1) for r in ps.splitlines()[1:])
+    return [cmd[:60] for stat, cmd in (r for r in rows if len(r) == 2)
+            if not stat.startswith("Z") and ("ray::" in cmd or "raylet" in cmd or "gcs_server" in cmd)]
 
 
 def wait_gpu_idle(timeout_s: float) -> float | None:
@@ -163,7 +185,9 @@ class Lifecycle:
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = self.dir / "lifecycle_serve.log"
         self.result: dict[str, Any] = {"command": "python -m benchmarks.lifecycle " + " ".join(sys.argv[1:]),
-                                       "config": args.config, "overrides": args.set, "steps": []}
+                                       "config": args.config, "overrides": args.set,
+                                       "machine": {"cpus": os.cpu_count(), "load_average_1_5_15": os.getloadavg(),
+                                                   "gpu": gpu_name()}, "steps": []}
         app = load_serve_config(args.derived)["applications"][0]
         self.port = int(load_serve_config(args.derived).get("http_options", {}).get("port", 8000))
         self.url = f"http://127.0.0.1:{self.port}"
@@ -282,25 +306,32 @@ class Lifecycle:
                 "requests": outcomes, "engine_processes_after": engine_processes()}
 
     def stop(self, how: str) -> dict[str, Any]:
-        """One stop path, then GPU idle time and processes left (see the module doc)."""
+        """One stop path, then GPU idle time and processes left (see the module doc). The GPU is watched from
+        the moment the stop starts (``ray stop`` itself can wait out its grace period on zombies)."""
         t0 = time.time()
+        cmd: subprocess.Popen[str] | None = None
         if how == "sigint":
             assert self.proc is not None
             os.killpg(self.proc.pid, signal.SIGINT)
+        elif how in ("shutdown", "ray"):
+            argv = ["serve", "shutdown", "-y"] if how == "shutdown" else ["ray", "stop"]
+            cmd = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        idle = wait_gpu_idle(self.args.stop_wait_s)
+        gpu_idle_s = None if idle is None else round(time.time() - t0, 1)
+        out = ""
+        if cmd is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                out = cmd.communicate(timeout=120)[0]
+        elif self.proc is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(60)
-        done: subprocess.CompletedProcess[str] | None = None
-        if how == "shutdown":
-            done = subprocess.run(["serve", "shutdown", "-y"], capture_output=True, text=True, check=False, timeout=120)
-        elif how == "ray":
-            done = subprocess.run(["ray", "stop"], capture_output=True, text=True, check=False, timeout=120)
         cmd_s = round(time.time() - t0, 1)
-        idle = wait_gpu_idle(self.args.stop_wait_s)
-        res = {"path": how, "command_s": cmd_s, "gpu_idle_after_s": None if idle is None else round(cmd_s + idle, 1),
+        res = {"path": how, "command_s": cmd_s, "gpu_idle_after_s": gpu_idle_s,
                "serve_run_exited": None if self.proc is None else self.proc.poll(),
                "engine_processes_left": [p for p in engine_processes() if "EngineCore" in p["cmd"]]}
-        if done is not None:
-            res.update(rc=done.returncode, output_tail=(done.stdout + done.stderr)[-600:])
+        res["ray_processes_left"] = ray_processes()
+        if cmd is not None:
+            res.update(rc=cmd.returncode, output_tail=out[-600:])
         if self.proc is not None and self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -42,12 +43,14 @@ class VideoDecoder:
     """
 
     def __init__(self, config: dict[str, Any]):
+        t0 = time.perf_counter()
         self.config = AppConfig.model_validate(config)
         workers = max(1, self.config.decoder.max_ongoing_requests)
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="decode")
         self.metrics = DecoderMetrics()
         if self.config.model.vision_input == "patches":
             bf16_table()  # imports torch now (~4 s on a fresh replica), not on the first clip
+        logger.info("decode replica ready in %.2f s", time.perf_counter() - t0)
 
     def _decode(self, source: ClipSource, request: FrameSampling) -> DecodedClip:
         clip = self._decode_frames(source, request)
