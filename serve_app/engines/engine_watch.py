@@ -84,13 +84,17 @@ def _kill_self() -> None:
 
 
 def run_engine_core(*args: Any, **kwargs: Any) -> Any:
-    """The engine core's entry point under :func:`install`: watch the parent, then run vLLM's.
+    """The engine core's entry point under :func:`install`: watch the parent, share tokenizer pools on
+    deepcopy (:mod:`serve_app.engines.vllm_patches`), then run vLLM's.
 
     Runs in the spawned engine-core process. If the parent is already gone when it starts (the
     replica died while the child was importing), it exits at once.
     """
     from vllm.v1.engine.core import EngineCoreProc
 
+    from serve_app.engines.vllm_patches import share_tokenizer_pools
+
+    share_tokenizer_pools()  # the engine core builds an HF processor too
     expected = int(os.environ.get(PARENT_ENV, "0") or 0)
     if parent_gone(expected, os.getppid()):
         _kill_self()

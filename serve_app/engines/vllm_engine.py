@@ -31,6 +31,7 @@ from typing import Any
 from serve_app.checkpoint import ensure_checkpoint, has_random_weights
 from serve_app.config import ModelConfig
 from serve_app.engines.base import Engine, EngineDeadError, GenerationChunk, GenerationRequest
+from serve_app.engines.vllm_patches import share_tokenizer_pools
 from serve_app.protocol import SamplingOptions
 from serve_app.vision_patches import patchify_fields
 
@@ -119,27 +120,6 @@ def accept_processed_video() -> None:
 
     parser._parse_video_data = _parse_video_data
     parser._cosmos_accepts_patches = True
-
-
-def share_tokenizer_pool(tokenizer: Any) -> bool:
-    """Makes ``copy.deepcopy`` of vLLM's thread-safe tokenizer pool return the pool itself.
-
-    vLLM 0.24's renderer wraps the tokenizer in a pool of deep copies (``maybe_make_thread_pool`` in
-    ``vllm/tokenizers/hf.py``), whose ``__reduce__`` deep-copies the tokenizer again; transformers'
-    ``ProcessorMixin.from_pretrained`` deep-copies its kwargs, tokenizer included, so building the HF
-    processor on the first multimodal request copied the whole Qwen tokenizer several times over: 66 s
-    for the first clip of each of 4 preprocessing threads on the H200 (py-spy stacks,
-    ``results/gpu/lifecycle``). The pool is thread-safe by design and nothing mutates it, so sharing it is
-    what the copy was for. Returns whether ``tokenizer`` is such a pool (else nothing changes).
-    """
-    try:
-        from vllm.tokenizers.hf import ThreadSafeHFTokenizerMixin
-    except ImportError:  # another vLLM layout: leave it
-        return False
-    if not isinstance(tokenizer, ThreadSafeHFTokenizerMixin):
-        return False
-    type(tokenizer).__deepcopy__ = lambda self, memo: self
-    return True
 
 
 def processor_kwargs(n_frames: int, fps: float, extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -325,6 +305,7 @@ class VLLMEngine(Engine):
         from serve_app.engines import engine_watch
 
         engine_watch.install()  # the engine core ends with this replica, however it dies
+        share_tokenizer_pools()  # before AsyncLLM builds its HF processor (the engine core does it too)
         self.phases_s["import"] = time.perf_counter() - t_start
         model = self.config.model_id
         if self.config.checkpoint:
@@ -343,8 +324,6 @@ class VLLMEngine(Engine):
         t0 = time.perf_counter()
         engine_args = AsyncEngineArgs(model=model, served_model_name=self.config.name, **args)
         self.llm = AsyncLLM.from_engine_args(engine_args)
-        shared = share_tokenizer_pool(getattr(self.llm, "tokenizer", None))
-        logger.info("tokenizer pool shared on deepcopy: %s", shared)
         if self.config.preprocess_threads > 0:
             self._pool = ThreadPoolExecutor(self.config.preprocess_threads, thread_name_prefix="mm-preprocess")
             self._tasks = await self.llm.get_supported_tasks()

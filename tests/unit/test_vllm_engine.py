@@ -263,12 +263,41 @@ def test_the_start_says_whether_the_compile_cache_was_warm(tmp_path):
     assert cache_state(str(tmp_path)).startswith("warm (1 files")
 
 
-def test_a_plain_tokenizer_is_left_as_it_is():
-    from serve_app.engines.vllm_engine import share_tokenizer_pool
+def test_a_tokenizer_pool_deep_copies_to_itself_and_a_plain_tokenizer_does_not(monkeypatch):
+    import copy
+    import sys
+    import types
 
-    class Plain:
+    from serve_app.engines.vllm_patches import share_tokenizer_pools
+
+    class Mixin:  # stands for vllm.tokenizers.hf.ThreadSafeHFTokenizerMixin
         pass
 
-    assert share_tokenizer_pool(Plain()) is False
-    assert share_tokenizer_pool(None) is False
-    assert "__deepcopy__" not in Plain.__dict__
+    class Tokenizer:
+        def __init__(self):
+            self.vocab = {"a": 1}
+
+    class Pool(Tokenizer, Mixin):  # what maybe_make_thread_pool makes
+        pass
+
+    hf = types.ModuleType("vllm.tokenizers.hf")
+    hf.ThreadSafeHFTokenizerMixin = Mixin
+    for name, mod in {"vllm": types.ModuleType("vllm"), "vllm.tokenizers": types.ModuleType("vllm.tokenizers"),
+                      "vllm.tokenizers.hf": hf}.items():
+        monkeypatch.setitem(sys.modules, name, mod)
+    pool, plain = Pool(), Tokenizer()
+    assert copy.deepcopy(pool) is not pool
+    assert share_tokenizer_pools() is True
+    assert copy.deepcopy(pool) is pool
+    assert copy.deepcopy({"tokenizer": pool})["tokenizer"] is pool  # as transformers copies its kwargs
+    twin = copy.deepcopy(plain)
+    assert twin is not plain and twin.vocab == plain.vocab and twin.vocab is not plain.vocab
+
+
+def test_without_vllm_nothing_is_patched(monkeypatch):
+    import sys
+
+    from serve_app.engines.vllm_patches import share_tokenizer_pools
+
+    monkeypatch.setitem(sys.modules, "vllm.tokenizers.hf", None)  # import fails
+    assert share_tokenizer_pools() is False
