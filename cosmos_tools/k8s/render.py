@@ -9,7 +9,7 @@ carries it as ``serveConfigV2`` (a YAML string) whose first line names the file
    KubeRay's Serve Service and its worker readiness probe use (the container
    port named ``serve``). Other ``http_options`` keys pass through.
 2. Every application's ``args`` must load as :class:`serve_app.config.AppConfig`
-   and then pass through **unchanged** (but for rule 4), so the cluster runs the same application.
+   and then pass through **unchanged** (but for rules 4 and 5), so the cluster runs the same application.
 3. Settings that only make sense on the machine that holds the file are
    refused: a relative local ``model.model_id`` and relative
    ``sources.allowed_roots`` (relative to what, inside a pod?). A generated
@@ -21,8 +21,15 @@ carries it as ``serveConfigV2`` (a YAML string) whose first line names the file
    k8s/base/rayservice.yaml) and ``args.stream_worker.resources`` asks for one unit of
    :data:`STREAMS_RESOURCE`, the Ray custom resource only that group's single pod offers. A
    config that names another ``db_path``, or more than one stream-worker replica (the volume
-   is ReadWriteOnce), is refused. Apart from these two keys, ``args`` pass through unchanged.
-5. Everything else (``proxy_location``, ``logging_config``, …) passes through.
+   is ReadWriteOnce), is refused.
+5. vLLM's compile cache goes on the model pods' cache volume: for the ``vllm`` backend,
+   ``args.model.compile_cache_dir`` becomes :data:`COMPILE_CACHE_MOUNT`, where the GPU worker
+   group mounts its ``compile-cache`` volume (k8s/base/rayservice.yaml; the ``pvc-cache`` overlay
+   puts it on the ReadWriteMany claim the model pods share). Whatever the config sets there is
+   replaced: a local folder means nothing inside a pod, and the config stays usable with
+   ``serve run`` on one machine (unset: vLLM's own default folders). Apart from these keys
+   (rules 4 and 5), ``args`` pass through unchanged.
+6. Everything else (``proxy_location``, ``logging_config``, …) passes through.
 """
 
 from __future__ import annotations
@@ -48,6 +55,9 @@ STREAMS_MOUNT = "/data/streams"
 STREAMS_DB_PATH = f"{STREAMS_MOUNT}/streams.sqlite"
 #: Ray custom resource that only the ``streams`` group's pod offers (1 unit); the stream worker asks for it.
 STREAMS_RESOURCE = "cosmos_streams_db"
+#: ``model.compile_cache_dir`` on KubeRay: where the GPU worker group mounts the ``compile-cache``
+#: volume (vLLM's torch.compile/AOT artifacts, Inductor's and Triton's kernels; k8s/base/rayservice.yaml).
+COMPILE_CACHE_MOUNT = "/var/cache/cosmos-serve"
 HEADER = "# Generated from {source} by `python -m cosmos_tools.k8s render {source}`: edit the config, not this block.\n"
 _HEADER_RE = re.compile(r"^# Generated from (?P<source>\S+) by ")
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -99,7 +109,8 @@ def render_serve_config(doc: Mapping[str, Any], source: str = DEFAULT_CONFIG) ->
         relative = [r for r in config.sources.allowed_roots if not r.startswith("/")]
         if relative:
             raise RenderError(f"{where}.args.sources.allowed_roots {relative} must be absolute paths inside the pod")
-        app["args"] = _place_streams(dict(app.get("args") or {}), config, where)
+        args = _place_streams(dict(app.get("args") or {}), config, where)
+        app["args"] = _place_compile_cache(args, config)
     return HEADER.format(source=source) + yaml.safe_dump(
         out, sort_keys=False, default_flow_style=False, width=120, allow_unicode=True
     )
@@ -130,6 +141,13 @@ def _place_streams(args: dict[str, Any], config: AppConfig, where: str) -> dict[
     stream_worker = {**worker.model_dump(mode="json", exclude_unset=True), **(args.get("stream_worker") or {})}
     stream_worker["resources"] = {**(stream_worker.get("resources") or {}), STREAMS_RESOURCE: 1}
     return {**args, "streams": streams, "stream_worker": stream_worker}
+
+
+def _place_compile_cache(args: dict[str, Any], config: AppConfig) -> dict[str, Any]:
+    """``args`` with vLLM's compile cache on the model pods' cache volume (rule 5); other backends unchanged."""
+    if config.model.backend != "vllm":
+        return args
+    return {**args, "model": {**(args.get("model") or {}), "compile_cache_dir": COMPILE_CACHE_MOUNT}}
 
 
 def display_path(path: str | Path) -> str:

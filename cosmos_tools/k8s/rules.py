@@ -5,7 +5,8 @@ drifted from its config, a head that runs replicas, a CPU pod whose Ray sees a
 GPU, a GPU group without a GPU, a pod evicted for its own cache, an ingress
 without its API key, an immutable Job that blocks the next apply, two list
 entries with one key (the API server keeps one of them, silently), a stream
-database that is not on a volume of the pod that runs the stream worker.
+database that is not on a volume of the pod that runs the stream worker, a
+compile cache that is not on a volume of the pods that run the model.
 """
 
 from __future__ import annotations
@@ -88,17 +89,26 @@ def custom_resources(group: Mapping[str, Any]) -> dict[str, float]:
     return {str(k): float(v) for k, v in parsed.items()}
 
 
+def mount_at(group: Mapping[str, Any], path: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The mount (in the group's Ray container) with the deepest mount path that is ``path`` or holds it,
+    and its volume: ``(volumeMount, volume)``, or None when no mount covers ``path``."""
+    spec = group.get("template", {}).get("spec", {})
+    volumes = {v.get("name"): v for v in spec.get("volumes") or []}
+    path = path.rstrip("/")
+    best: tuple[dict[str, Any], dict[str, Any]] | None = None
+    depth = -1
+    for mount in ray_container(group).get("volumeMounts") or []:
+        where = str(mount.get("mountPath", "")).rstrip("/")
+        if (path == where or path.startswith(where + "/")) and len(where) > depth:
+            best, depth = (mount, volumes.get(mount.get("name"), {})), len(where)
+    return best
+
+
 def volume_at(group: Mapping[str, Any], path: str) -> tuple[str, dict[str, Any]] | None:
     """The volume mounted (in the group's Ray container) at the deepest mount path that holds ``path``:
     ``(mountPath, volume)``, or None when no mount holds it."""
-    spec = group.get("template", {}).get("spec", {})
-    volumes = {v.get("name"): v for v in spec.get("volumes") or []}
-    best: tuple[str, dict[str, Any]] | None = None
-    for mount in ray_container(group).get("volumeMounts") or []:
-        where = str(mount.get("mountPath", "")).rstrip("/")
-        if path.startswith(where + "/") and (best is None or len(where) > len(best[0])):
-            best = (where, volumes.get(mount.get("name"), {}))
-    return best
+    found = mount_at(group, path)
+    return (str(found[0].get("mountPath", "")).rstrip("/"), found[1]) if found else None
 
 
 def wants_gpu(group: Mapping[str, Any]) -> bool:
@@ -139,7 +149,9 @@ def check_project_rules(
     containers (KubeRay injects its own); every Ray container requests
     ``ephemeral-storage`` covering its disk ``emptyDir`` size limits; every
     deployment's replica fits one pod of some group, and all deployments at
-    their max replicas fit the groups at ``maxReplicas``. Warning: a group an
+    their max replicas fit the groups at ``maxReplicas``; the stream database
+    on its claim; vLLM's ``model.compile_cache_dir`` on a volume that every
+    group able to run the model replica mounts at that path. Warning: a group an
     ingress replica can land on without the API key variable from a Secret.
 
     Returns:
@@ -181,6 +193,7 @@ def check_project_rules(
     apps = _app_configs(actual)
     problems += _capacity_problems(label, all_groups[1:], apps)
     problems += _stream_db_problems(label, all_groups[1:], apps)
+    problems += _compile_cache_problems(label, all_groups[1:], apps)
     warnings += _api_key_warnings(label, all_groups[1:], apps)
     return problems, warnings
 
@@ -307,6 +320,48 @@ def _stream_db_problems(
                 )
         if worker.autoscaling_config is not None or (worker.num_replicas or 1) != 1:
             problems.append(f"{label}: {app_name}: stream_worker must run one replica (num_replicas: 1)")
+    return problems
+
+
+def _compile_cache_problems(
+    label: str, workers: list[tuple[str, dict[str, Any]]], apps: list[tuple[str, AppConfig]]
+) -> list[str]:
+    """vLLM's compile cache lies on a volume of every pod that can run the model replica.
+
+    For each app on the ``vllm`` backend, ``model.compile_cache_dir`` must be an absolute path, and
+    every worker group whose pods fit one model replica (its CPUs and GPUs) must mount a writable
+    volume at that path or above it. Otherwise the compiled graphs land in the container's own
+    filesystem, lost with it, and every new pod compiles them again (~40 s of vLLM's engine start).
+    """
+    problems: list[str] = []
+    for app_name, config in apps:
+        if config.model.backend != "vllm":
+            continue  # the transformers backend compiles nothing
+        path = config.model.compile_cache_dir
+        if not path or not path.startswith("/"):
+            problems.append(
+                f"{label}: {app_name}: model.compile_cache_dir {path!r} is not an absolute path on the model "
+                "pods' cache volume: every new pod would compile vLLM's graphs again (render the config: it "
+                "sets the path)"
+            )
+            continue
+        options = config.model_replica
+        for name, group in workers:
+            cpus, gpus = ray_resources(group)
+            if cpus < options.num_cpus or gpus < options.num_gpus:
+                continue  # no model replica fits this group's pods
+            found = mount_at(group, path)
+            if found is None:
+                problems.append(
+                    f"{label}: {name} can run the model replica of {app_name} but mounts no volume at "
+                    f"model.compile_cache_dir {path} (serveConfigV2): vLLM's compile cache would be lost with "
+                    "the container; mount the compile-cache volume there, or render the config again"
+                )
+            elif found[0].get("readOnly"):
+                problems.append(
+                    f"{label}: {name}: the volume at model.compile_cache_dir {path} is mounted readOnly: vLLM "
+                    "cannot write its compile cache there"
+                )
     return problems
 
 

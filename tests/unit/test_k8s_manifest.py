@@ -195,6 +195,102 @@ def test_every_build_mounts_the_stream_database_where_db_path_points(builds):
         assert claim["spec"]["accessModes"] == ["ReadWriteOnce"], name
 
 
+def test_every_gpu_build_mounts_the_compile_cache_where_serve_config_points(builds):
+    """model.compile_cache_dir is where the GPU group mounts its compile-cache volume: a per-pod emptyDir in
+    the base and the hub overlays, the folder compile-cache of the shared ReadWriteMany weights claim in
+    pvc-cache (which the download Job and the pod's init container create)."""
+    for name in BUILDS:
+        service = service_of(builds[name])
+        model = yaml.safe_load(service["spec"]["serveConfigV2"])["applications"][0]["args"]["model"]
+        if name == "overlays/cpu-smoke":
+            assert model["backend"] == "transformers" and "compile_cache_dir" not in model
+            continue
+        assert model["compile_cache_dir"] == render.COMPILE_CACHE_MOUNT == "/var/cache/cosmos-serve", name
+        spec = gpu_group(service)["template"]["spec"]
+        mount = next(m for m in spec["containers"][0]["volumeMounts"] if m["mountPath"] == model["compile_cache_dir"])
+        volume = next(v for v in spec["volumes"] if v["name"] == mount["name"])
+        if name == "overlays/pvc-cache":
+            assert mount == {"name": "model-cache", "mountPath": "/var/cache/cosmos-serve", "subPath": "compile-cache"}
+            claim_name = volume["persistentVolumeClaim"]["claimName"]
+            claim = next(o for o in builds[name] if o["metadata"]["name"] == claim_name)
+            assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
+            assert "mkdir -p /models/compile-cache" in spec["initContainers"][0]["args"][0]
+            job = next(o for o in builds[name] if o["kind"] == "Job")
+            assert "chown 1000:100 /models /models/hf /models/compile-cache" in (
+                job["spec"]["template"]["spec"]["initContainers"][0]["args"][0]
+            )
+        else:
+            assert volume == {"name": "compile-cache", "emptyDir": {"sizeLimit": "5Gi"}}, name
+
+
+@pytest.mark.parametrize("what", ["moved", "removed", "read-only", "serve config"])
+def test_compile_cache_mount_and_serve_config_that_differ_fail(rayservice, what):
+    mounts = gpu_group(rayservice)["template"]["spec"]["containers"][0]["volumeMounts"]
+    mount = next(m for m in mounts if m["name"] == "compile-cache")
+    if what == "moved":
+        mount["mountPath"] = "/var/cache/compile"
+    elif what == "removed":
+        mounts.remove(mount)
+    elif what == "read-only":
+        mount["readOnly"] = True
+    else:  # serveConfigV2 names another folder (edited by hand: the drift check fails as well)
+        rayservice["spec"]["serveConfigV2"] = rayservice["spec"]["serveConfigV2"].replace(
+            "compile_cache_dir: /var/cache/cosmos-serve", "compile_cache_dir: /var/cache/vllm"
+        )
+    problems = problems_of(rayservice)
+    if what == "read-only":
+        assert problems == [
+            "RayService/cosmos-serve: gpu-a100: the volume at model.compile_cache_dir /var/cache/cosmos-serve is "
+            "mounted readOnly: vLLM cannot write its compile cache there"
+        ]
+        return
+    path = "/var/cache/vllm" if what == "serve config" else "/var/cache/cosmos-serve"
+    expected = (
+        f"RayService/cosmos-serve: gpu-a100 can run the model replica of cosmos-video but mounts no volume at "
+        f"model.compile_cache_dir {path} (serveConfigV2)"
+    )
+    ours = [p for p in problems if "spec.serveConfigV2 differs from the render" not in p]
+    assert len(ours) == 1 and ours[0].startswith(expected), problems
+    assert len(problems) == (2 if what == "serve config" else 1), problems
+
+
+def test_a_mount_above_the_compile_cache_dir_is_enough(rayservice):
+    mount = next(
+        m for m in gpu_group(rayservice)["template"]["spec"]["containers"][0]["volumeMounts"]
+        if m["name"] == "compile-cache"
+    )  # fmt: skip
+    mount["mountPath"] = "/var/cache"
+    assert problems_of(rayservice) == []
+    mount["mountPath"] = "/var/cache/cosmos-serve/vllm"  # below it: the Inductor and Triton folders stay off it
+    assert any("mounts no volume at model.compile_cache_dir" in p for p in problems_of(rayservice))
+
+
+def test_a_compile_cache_dir_off_any_volume_fails(rayservice):
+    rayservice["spec"]["serveConfigV2"] = rayservice["spec"]["serveConfigV2"].replace(
+        "      compile_cache_dir: /var/cache/cosmos-serve\n", ""
+    )
+    problems = rules.check_project_rules(rayservice, CONFIG)[0]
+    assert len(problems) == 2 and "differs from the render" in problems[0]
+    assert problems[1] == (
+        "RayService/cosmos-serve: cosmos-video: model.compile_cache_dir None is not an absolute path on the model "
+        "pods' cache volume: every new pod would compile vLLM's graphs again (render the config: it sets the path)"
+    )
+
+
+def test_compile_cache_mount_moved_in_the_base_fails_every_gpu_build(tree):
+    manifest = tree / "base" / "rayservice.yaml"
+    text = manifest.read_text()
+    assert text.count("mountPath: /var/cache/cosmos-serve}") == 1
+    manifest.write_text(text.replace("mountPath: /var/cache/cosmos-serve}", "mountPath: /var/cache/compile}"))
+    for name in ("base", "overlays/hub-token"):
+        report = check.check_build(tree / name, tree)
+        assert len(report.problems) == 1 and "mounts no volume at model.compile_cache_dir" in report.problems[0]
+    # pvc-cache's patch tests the mount path it replaces: the build itself fails
+    report = check.check_build(tree / "overlays" / "pvc-cache", tree)
+    assert len(report.problems) == 1 and "kustomize build failed" in report.problems[0], report.problems
+    assert check.check_build(tree / "overlays" / "cpu-smoke", tree).problems == []  # no GPU group, no vLLM
+
+
 def _streams_group_without(rayservice: dict, what: str) -> dict:
     g = group(rayservice, "streams")
     if what == "mount":
@@ -391,7 +487,7 @@ def test_ephemeral_storage_request_below_the_disk_cache_fails(rayservice):
     gpu_group(rayservice)["template"]["spec"]["containers"][0]["resources"]["requests"]["ephemeral-storage"] = "20Gi"
     assert problems_of(rayservice) == [
         "RayService/cosmos-serve: gpu-a100: requests.ephemeral-storage 20Gi is smaller than its disk emptyDir "
-        "size limits (40Gi)"
+        "size limits (40Gi, 5Gi)"
     ]
 
 

@@ -22,10 +22,12 @@ def test_render_keeps_the_application_and_translates_http_options():
     doc["http_options"] = {"host": "127.0.0.1", "port": 8123, "request_timeout_s": 30}
     rendered = yaml.safe_load(k8s.render_serve_config(doc))
     assert rendered["http_options"] == {"host": "0.0.0.0", "port": 8000, "request_timeout_s": 30}
-    # args pass through unchanged, but for the stream database's place (rule 4)
+    # args pass through unchanged, but for the stream database's place (rule 4) and the compile cache's (rule 5)
     args = rendered["applications"][0].pop("args")
     expected = doc["applications"][0].pop("args")
     assert rendered["applications"] == doc["applications"]
+    assert args["model"].pop("compile_cache_dir") == k8s.COMPILE_CACHE_MOUNT
+    assert "compile_cache_dir" not in expected["model"]
     assert args.pop("streams") == {**expected.pop("streams", {}), "db_path": k8s.STREAMS_DB_PATH}
     # no stream_worker section in the config: its defaults are written out, with the resource ask
     assert args.pop("stream_worker") == {"num_cpus": 0.5, "num_replicas": 1, "max_ongoing_requests": 256,
@@ -42,6 +44,22 @@ def test_render_puts_the_stream_database_on_its_volume_and_keeps_other_stream_se
     args = yaml.safe_load(k8s.render_serve_config(doc))["applications"][0]["args"]
     assert args["streams"] == {"max_streams": 8, "db_path": "/data/streams/streams.sqlite"}
     assert args["stream_worker"] == {"num_cpus": 2, "resources": {"other": 0.5, "cosmos_streams_db": 1}}
+
+
+def test_render_puts_the_vllm_compile_cache_on_the_model_pods_volume_whatever_the_config_says():
+    doc = a100_doc()
+    assert "compile_cache_dir" not in doc["applications"][0]["args"]["model"]  # `serve run` keeps vLLM's defaults
+    model = yaml.safe_load(k8s.render_serve_config(doc))["applications"][0]["args"]["model"]
+    assert model["compile_cache_dir"] == "/var/cache/cosmos-serve" == k8s.COMPILE_CACHE_MOUNT
+    doc["applications"][0]["args"]["model"]["compile_cache_dir"] = "~/.cache/cosmos-serve"  # a local folder
+    model = yaml.safe_load(k8s.render_serve_config(doc))["applications"][0]["args"]["model"]
+    assert model["compile_cache_dir"] == k8s.COMPILE_CACHE_MOUNT
+
+
+def test_render_leaves_the_compile_cache_alone_on_the_transformers_backend():
+    rendered = yaml.safe_load(k8s.render_file(ROOT / "configs" / "k8s-cpu-smoke.yaml"))
+    model = rendered["applications"][0]["args"]["model"]
+    assert model["backend"] == "transformers" and "compile_cache_dir" not in model
 
 
 @pytest.mark.parametrize(
