@@ -159,3 +159,9 @@ def check_replica() -> None:
         found.append(f"no CUDA GPU is visible (CUDA_VISIBLE_DEVICES={visible}; an NVIDIA driver with CUDA 13, R580+)")
     if found:
         raise HardwareError(message(found, "the vLLM model replica cannot start"))
+
+
+if __name__ == "__main__":  # python -m serve_app.preflight CONFIG: see serve_app/preflight_cli.py
+    from serve_app.preflight_cli import main
+
+    raise SystemExit(main())
