@@ -106,10 +106,13 @@ class ChatServing:
         ctx.camera = chat.query.camera_id or ctx.camera
         del raw  # the clip's bytes live on in the source only
         try:
-            run = await self.runner.start(ctx, source, chat.query.question, chat.query)
+            run = await self.runner.start(
+                ctx, source, chat.query.question, chat.query,
+                system_prompt=chat.system_prompt, history=chat.history, stop=chat.stop,
+            )  # fmt: skip
         except ServeAppError as e:  # the pipeline names its clip fields in /v1/video/query terms
             if e.param in openai_api.CLIP_PARAMS:
-                e.param = openai_api.VIDEO_URL_PARAM
+                e.param = chat.video_param
             raise
         completion_id, created = f"chatcmpl-{ctx.request_id}", int(time.time())
         if chat.query.stream:
