@@ -102,6 +102,8 @@ def test_dashboard_fits_and_passes_axe(cpu_app, dashboard_cameras, width, tmp_pa
             page.on("console", lambda m: csp_errors.append(m.text) if "Content Security Policy" in m.text else None)
             response = page.goto(f"{cpu_app}/")
             assert response is not None and "frame-ancestors 'none'" in response.headers["content-security-policy"]
+            # Playwright's selectors keep working under the CSP (its wait_for_function would need eval)
+            page.wait_for_selector("#conn:text-is('live')", timeout=120_000)
             long_card = page.locator(f'section.cam[data-stream="{ids[LONG_NAME]}"]')
             broken = page.locator(f'section.cam[data-stream="{ids["broken-camera"]}"]')
             long_card.locator('img[src^="blob:"]').wait_for(timeout=120_000)
