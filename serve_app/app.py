@@ -13,13 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from ray.serve import Application, Deployment
+from ray.serve.exceptions import RayServeException
 
 from serve_app.config import AppConfig
 from serve_app.deployments.decoder import VideoDecoder
 from serve_app.deployments.ingress import Ingress
 from serve_app.deployments.model import VideoModel
 from serve_app.deployments.stream_worker import StreamWorker
-from serve_app.preflight import check_build
+from serve_app.preflight import HardwareError, check_build
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +49,25 @@ def resolve_paths(config: AppConfig) -> AppConfig:
     )
 
 
+#: Appended to a refusal at build time: what ``serve run`` does next, and the check that exits.
+SERVE_RUN_NOTE = (
+    "(`serve run` keeps waiting until Ctrl-C; `python -m serve_app.preflight CONFIG` checks a config "
+    "before deploying it and exits non-zero.)"
+)
+
+
+class BuildRefusedError(HardwareError, RayServeException):
+    """The preflight's refusal as Ray Serve reports it best.
+
+    Serve's controller builds a config file's application in a task. An exception of type
+    ``RayServeException`` raised there becomes the application's ``DEPLOY_FAILED`` message as it
+    is (``serve status``, and one controller log line in the ``serve run`` terminal); any other
+    exception is retried three times and logged inside Ray's tracebacks (Ray 2.60,
+    ``ray/serve/_private/application_state.py``: ``build_serve_application``). ``serve run`` keeps
+    running either way: ``python -m serve_app.preflight CONFIG`` is the check that exits.
+    """
+
+
 def as_deployment(cls: object) -> Deployment:
     """The :class:`ray.serve.Deployment` that a ``@serve.deployment`` class became.
 
@@ -66,11 +86,15 @@ def build_app(args: dict[str, Any] | None = None) -> Application:
 
     Raises:
         pydantic.ValidationError: ``args`` do not match :class:`AppConfig`.
-        serve_app.preflight.HardwareError: on a local one-node Ray, the model
-            replica needs vLLM or GPUs that are missing (see :mod:`serve_app.preflight`).
+        BuildRefusedError: (a :class:`serve_app.preflight.HardwareError`) on a local one-node Ray,
+            the model replica needs vLLM or GPUs that are missing, or the deployments more CPUs
+            than the node has (see :mod:`serve_app.preflight`).
     """
     config = resolve_paths(AppConfig.model_validate(args or {}))
-    check_build(config)
+    try:
+        check_build(config)
+    except HardwareError as e:
+        raise BuildRefusedError(f"{e} {SERVE_RUN_NOTE}") from None
     cfg = config.model_dump(mode="json")
     decoder = as_deployment(VideoDecoder).options(**config.decoder.ray_options()).bind(cfg)
     model = as_deployment(VideoModel).options(**config.model_replica.ray_options()).bind(cfg)

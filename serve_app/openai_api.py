@@ -1,11 +1,14 @@
 """The OpenAI-compatible chat API's request and response shapes (pure; used by the ingress).
 
-``POST /v1/chat/completions`` takes OpenAI's Chat Completions body with one
-user message whose content holds one ``video_url`` part (a ``data:`` URL with
-base64 video, an ``http(s)://``/``rtsp://`` URL, or a file path under the
-allowed roots, optionally as ``file://``) and text parts (the question).
+``POST /v1/chat/completions`` takes OpenAI's Chat Completions body: an optional
+``system`` (or ``developer``) message, which replaces the configured system prompt for
+that request; a user message whose content holds one ``video_url`` part (a ``data:``
+URL with base64 video, an ``http(s)://``/``rtsp://`` URL, or a file path under the
+allowed roots, optionally as ``file://``) and text parts (the question); then, for a
+conversation about that clip, text-only ``assistant`` and ``user`` messages, the last
+one the user's (rendered with the model's chat template; the clip is decoded once).
 Sampling fields follow OpenAI (``max_tokens``/``max_completion_tokens``,
-``temperature``, ``top_p``, ``seed``, ``stream``, ``stream_options``); like
+``temperature``, ``top_p``, ``seed``, ``stop``, ``stream``, ``stream_options``); like
 vLLM, extra fields passed with the client's ``extra_body`` add
 ``repetition_penalty``, ``ignore_eos`` and the clip options ``fps``,
 ``max_frames``, ``start_s``, ``end_s``, ``camera_id``.
@@ -28,13 +31,22 @@ from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler
 from serve_app.api import ClipQueryFields, QueryRequest, parse_json_object, validate_query, validation_error
 from serve_app.config import AppConfig
 from serve_app.errors import InvalidRequestError, NotFoundError, PayloadTooLargeError
-from serve_app.protocol import ClipSource, Done
+from serve_app.prompt import check_user_text
+from serve_app.protocol import ClipSource, Done, Turn
 from serve_app.sources import DEFAULT_PORTS
 
 #: URL schemes fetched by the decoder (network sources): those :func:`serve_app.sources.check_url` knows.
 NETWORK_SCHEMES = tuple(DEFAULT_PORTS)
 #: Media types accepted in a ``data:`` URL (an empty type is accepted too: the decoder sniffs the container).
 DATA_MEDIA_PREFIXES = ("video/", "application/octet-stream")
+#: Most messages in one request (a conversation about one clip; the text is bounded by
+#: ``limits.max_question_chars`` in all).
+MAX_MESSAGES = 64
+#: Most stop strings per request (OpenAI's limit) and the longest one, in characters.
+MAX_STOPS = 4
+MAX_STOP_CHARS = 256
+#: Roles that carry the system prompt (``developer`` is OpenAI's newer name for it).
+SYSTEM_ROLES = ("system", "developer")
 
 
 class _Strict(BaseModel):
@@ -79,11 +91,21 @@ class ChatCompletionRequest(ClipQueryFields):
     """
 
     model: str = Field(..., min_length=1, description="Must name the served model (GET /v1/models).")
-    messages: list[ChatMessage] = Field(..., min_length=1, description="One user message (optionally after system).")
+    messages: list[ChatMessage] = Field(
+        ...,
+        min_length=1,
+        max_length=MAX_MESSAGES,
+        description="An optional system message, the user message with the clip, then text-only assistant and "
+        "user turns (the last one the user's).",
+    )
     stream_options: StreamOptions | None = Field(None, description="Streaming options.")
     max_completion_tokens: int | None = Field(None, ge=1, description="Output budget in tokens.")
     n: Literal[1] = Field(1, description="Number of choices: only 1 is served.")
-    stop: str | list[str] | None = Field(None, description="Stop sequences: not supported (must be empty).")
+    stop: str | list[str] | None = Field(
+        None,
+        description=f"Up to {MAX_STOPS} stop strings (1 to {MAX_STOP_CHARS} characters each): the answer ends "
+        "before the first one generated, which is not returned; finish_reason stop (vLLM's semantics).",
+    )
     user: str | None = Field(None, max_length=256, description="End-user label (logged).")
 
 
@@ -92,14 +114,27 @@ class ChatQuery:
     """A validated chat request, in the terms of the clip pipeline.
 
     Attributes:
-        query: the equivalent ``/v1/video/query`` fields (limits already checked).
+        query: the equivalent ``/v1/video/query`` fields (limits already checked); its
+            ``question`` is the text of the user message that carries the clip.
         video_url: the clip's URL or path as given.
         include_usage: send a usage chunk at the end of a stream.
+        system_prompt: the request's system message (replaces the configured prompt), or None.
+        history: the turns after the clip's message (assistant and user, the last the user's).
+        stop: the stop strings (empty: none).
     """
 
     query: QueryRequest
     video_url: str
     include_usage: bool
+    system_prompt: str | None = None
+    history: tuple[Turn, ...] = ()
+    stop: tuple[str, ...] = ()
+    clip_index: int = 0
+
+    @property
+    def video_param(self) -> str:
+        """The request field clip errors name: the clip message's ``video_url`` part."""
+        return video_url_param(self.clip_index)
 
 
 def parse_chat_request(body: Any, config: AppConfig) -> ChatQuery:
@@ -110,9 +145,10 @@ def parse_chat_request(body: Any, config: AppConfig) -> ChatQuery:
         config: limits and the served model's name.
 
     Raises:
-        InvalidRequestError (400): not an object, unknown field, out-of-range value,
-            messages not one user turn with exactly one ``video_url`` and some text,
-            ``stop`` given, or a limit of :func:`serve_app.api.validate_query` exceeded.
+        InvalidRequestError (400): not an object, unknown field, out-of-range value, messages
+            not shaped as :func:`_conversation` needs, a message text with a chat-template control
+            token, more text than ``limits.max_question_chars`` in all, bad ``stop`` strings, or a
+            limit of :func:`serve_app.api.validate_query` exceeded.
         NotFoundError (404): ``model`` is not the served model.
     """
     if not isinstance(body, dict):
@@ -125,9 +161,19 @@ def parse_chat_request(body: Any, config: AppConfig) -> ChatQuery:
         raise NotFoundError(
             f"model {req.model!r} is not served here; this server serves {config.model.name!r}", param="model"
         )
-    if req.stop:
-        raise InvalidRequestError("stop sequences are not supported by this server", param="stop")
-    question, video_url = _user_turn(req.messages)
+    stop = _stop_strings(req.stop)
+    conv = _conversation(req.messages)
+    question, video_url = conv.question, conv.video_url
+    texts = [question, *(t.text for t in conv.history)]
+    if conv.system_prompt is not None:
+        texts.append(conv.system_prompt)
+    total = sum(len(t) for t in texts)
+    if total > config.limits.max_question_chars:
+        raise InvalidRequestError(
+            f"the messages hold {total} characters of text; the limit is {config.limits.max_question_chars} "
+            "(limits.max_question_chars)",
+            param="messages",
+        )
     both = req.max_tokens is not None and req.max_completion_tokens is not None
     if both and req.max_tokens != req.max_completion_tokens:
         raise InvalidRequestError(
@@ -139,73 +185,188 @@ def parse_chat_request(body: Any, config: AppConfig) -> ChatQuery:
         query = validate_query({k: v for k, v in fields.items() if v is not None}, config)
     except InvalidRequestError as e:  # the question is the user message's text here
         if e.param == "question":
-            e.param = "messages.0.content"
+            e.param = f"messages.{conv.clip_index}.content"
         raise
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
-    return ChatQuery(query=query, video_url=video_url, include_usage=include_usage)
+    return ChatQuery(
+        query=query,
+        video_url=video_url,
+        include_usage=include_usage,
+        system_prompt=conv.system_prompt,
+        history=conv.history,
+        stop=stop,
+        clip_index=conv.clip_index,
+    )
 
 
-def _user_turn(messages: list[ChatMessage]) -> tuple[str, str]:
-    """The question text and the video URL of the one user message."""
-    users = [i for i, m in enumerate(messages) if m.role == "user"]
-    others = [(i, m.role) for i, m in enumerate(messages) if m.role != "user"]
-    if others:
-        i, role = others[0]
+def _stop_strings(stop: str | list[str] | None) -> tuple[str, ...]:
+    """The request's stop strings as a tuple (a string is one; None or an empty list: none).
+
+    Raises:
+        InvalidRequestError (400): more than :data:`MAX_STOPS`, an empty one (vLLM refuses it too), one
+            longer than :data:`MAX_STOP_CHARS`.
+    """
+    stops = (stop,) if isinstance(stop, str) else tuple(stop or ())
+    if len(stops) > MAX_STOPS:
+        raise InvalidRequestError(f"{len(stops)} stop strings; at most {MAX_STOPS} are accepted", param="stop")
+    for s in stops:
+        if not s:
+            raise InvalidRequestError("stop strings must not be empty", param="stop")
+        if len(s) > MAX_STOP_CHARS:
+            raise InvalidRequestError(
+                f"a stop string is {len(s)} characters; the limit is {MAX_STOP_CHARS}", param="stop"
+            )
+    return stops
+
+
+@dataclasses.dataclass(frozen=True)
+class Conversation:
+    """The messages of a chat request in the clip pipeline's terms.
+
+    Attributes:
+        question: the text of the user message that carries the clip.
+        video_url: that message's clip (URL or path, as given).
+        system_prompt: the system (or developer) message's text, or None.
+        history: the messages after the clip's, as text turns.
+        clip_index: the index of the clip's message in ``messages`` (0, or 1 after a system message).
+    """
+
+    question: str
+    video_url: str
+    system_prompt: str | None
+    history: tuple[Turn, ...]
+    clip_index: int
+
+
+def _text_of(message: ChatMessage, i: int) -> str:
+    """The text of a text-only message: its string, or its text parts joined by newlines.
+
+    Raises:
+        InvalidRequestError (400): no content, a part that is not text, or a chat-template control token.
+    """
+    param = f"messages.{i}.content"
+    content = message.content
+    if content is None:
+        raise InvalidRequestError(f"messages[{i}] ({message.role}) has no content", param=param)
+    if isinstance(content, str):
+        text = content
+    else:
+        for j, part in enumerate(content):
+            if part.type != "text" or part.text is None or part.video_url is not None:
+                raise InvalidRequestError(
+                    f"messages[{i}] ({message.role}) may hold text only: the clip goes in the first user message "
+                    "(one clip per conversation)",
+                    param=f"{param}.{j}",
+                )
+        text = "\n".join(part.text or "" for part in content)
+    check_user_text(text, param)
+    return text
+
+
+def _conversation(messages: list[ChatMessage]) -> Conversation:
+    """Reads the messages: ``[system], user (clip + question), (assistant | user)*``, the last one the user's.
+
+    Raises:
+        InvalidRequestError (400): a ``tool`` message, a system message that is not the first, the first
+            other message not the user's, that message without exactly one ``video_url`` part or without
+            text, a clip in a later message, a conversation that does not end with a user message, or a
+            chat-template control token in any text.
+    """
+    system_prompt: str | None = None
+    first = 0
+    if messages[0].role in SYSTEM_ROLES:
+        system_prompt = _text_of(messages[0], 0)
+        first = 1
+    for i, m in enumerate(messages):
+        if m.role == "tool":
+            raise InvalidRequestError(
+                f"messages[{i}] has role 'tool': tools are not supported by this server", param=f"messages.{i}.role"
+            )
+        if m.role in SYSTEM_ROLES and i != 0:
+            raise InvalidRequestError(
+                f"messages[{i}] has role {m.role!r}: a system message may only come first", param=f"messages.{i}.role"
+            )
+    if first >= len(messages) or messages[first].role != "user":
         raise InvalidRequestError(
-            f"messages[{i}] has role {role!r}: this server answers one user message about one clip "
-            "(the Cosmos-Reason1 system prompt is fixed by the server; multi-turn chat is not supported)",
-            param=f"messages.{i}.role",
+            "the first message after the system message must be the user's, with the clip (a video_url part) and "
+            "the question",
+            param=f"messages.{first}.role" if first < len(messages) else "messages",
         )
-    if len(users) != 1:
-        raise InvalidRequestError(f"expected exactly one user message, got {len(users)}", param="messages")
-    content = messages[users[0]].content
+    question, video_url = _clip_message(messages[first], first)
+    history = []
+    for i in range(first + 1, len(messages)):
+        m = messages[i]
+        history.append(Turn(role="assistant" if m.role == "assistant" else "user", text=_text_of(m, i)))
+    if history and history[-1].role != "user":
+        raise InvalidRequestError(
+            "the conversation must end with a user message (the question to answer)", param="messages"
+        )
+    return Conversation(
+        question=question, video_url=video_url, system_prompt=system_prompt, history=tuple(history), clip_index=first
+    )
+
+
+def _clip_message(message: ChatMessage, i: int) -> tuple[str, str]:
+    """The question text and the video URL of the user message that carries the clip."""
+    param = f"messages.{i}.content"
+    content = message.content
     if not isinstance(content, list):
         raise InvalidRequestError(
-            "the user message must be a list of content parts with one video_url part and text parts",
-            param="messages.0.content",
+            "the first user message must be a list of content parts with one video_url part and text parts",
+            param=param,
         )
     texts: list[str] = []
     videos: list[str] = []
     for j, part in enumerate(content):
         if part.type == "text":
             if part.text is None or part.video_url is not None:
-                raise InvalidRequestError("a text part needs 'text' only", param=f"messages.0.content.{j}")
+                raise InvalidRequestError("a text part needs 'text' only", param=f"{param}.{j}")
             texts.append(part.text)
         else:
             if part.video_url is None or part.text is not None:
-                raise InvalidRequestError(
-                    "a video_url part needs 'video_url': {'url': ...} only", param=f"messages.0.content.{j}"
-                )
+                raise InvalidRequestError("a video_url part needs 'video_url': {'url': ...} only", param=f"{param}.{j}")
             videos.append(part.video_url.url)
     if len(videos) != 1:
         raise InvalidRequestError(
-            f"the user message must hold exactly one video_url part, got {len(videos)}", param="messages.0.content"
+            f"the first user message must hold exactly one video_url part, got {len(videos)}", param=param
         )
     question = "\n".join(t for t in texts if t.strip()).strip()
     if not question:
-        raise InvalidRequestError("the user message has no question (text part)", param="messages.0.content")
+        raise InvalidRequestError("the first user message has no question (text part)", param=param)
     return question, videos[0]
 
 
-#: The request field a chat request's clip errors name (the user message's video_url part).
+#: The request field a chat request's clip errors name (the user message's video_url part), when that
+#: message comes first (see :func:`video_url_param`).
 VIDEO_URL_PARAM = "messages.0.content.video_url"
+
+
+def video_url_param(clip_index: int) -> str:
+    """The request field naming the ``video_url`` part of ``messages[clip_index]``."""
+    return f"messages.{clip_index}.content.video_url"
+
+
 #: Params of clip errors raised by the shared pipeline (decoder, sources), in /v1/video/query terms.
 CLIP_PARAMS = frozenset({"video", "video_path", "video_url"})
 
 
-def clip_source(video_url: str, config: AppConfig) -> ClipSource:
+def clip_source(video_url: str, config: AppConfig, param: str = VIDEO_URL_PARAM) -> ClipSource:
     """The :class:`ClipSource` of a ``video_url``.
 
     ``data:`` URLs are decoded here (size checked first); network URLs and paths
     become sources whose rules (allowed roots, address checks) the decoder
     applies where it reads them, as for every route.
 
+    Args:
+        video_url: the ``video_url`` part's URL or path.
+        config: limits (``limits.max_upload_bytes``, ``limits.max_url_chars``).
+        param: the request field errors name.
+
     Raises:
         InvalidRequestError (400): malformed ``data:`` URL, non-video media type,
             unknown scheme, or a network URL on a server without URL support.
         PayloadTooLargeError (413): the decoded clip would exceed ``limits.max_upload_bytes``.
     """
-    param = VIDEO_URL_PARAM
     if video_url.startswith("data:"):
         return ClipSource(data=_data_url_bytes(video_url, config.limits.max_upload_bytes, param), name="data-url")
     limit = config.limits.max_url_chars
@@ -251,7 +412,7 @@ def parse_chat_body(raw: bytearray, config: AppConfig) -> tuple[ChatQuery, ClipS
         raw.clear()
     chat = parse_chat_request(body, config)
     del body
-    source = clip_source(chat.video_url, config)
+    source = clip_source(chat.video_url, config, chat.video_param)
     if source.data is not None:
         chat = dataclasses.replace(chat, video_url="data:")
     return chat, source

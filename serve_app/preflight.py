@@ -319,3 +319,9 @@ def check_gpu_free(
         return
     if found:
         raise HardwareError(f"the vLLM model replica cannot start: {'; '.join(found)} (waited {waited:g} s)")
+
+
+if __name__ == "__main__":  # python -m serve_app.preflight CONFIG: see serve_app/preflight_cli.py
+    from serve_app.preflight_cli import main
+
+    raise SystemExit(main())

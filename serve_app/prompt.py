@@ -11,22 +11,29 @@ Cosmos-Reason1 inference example. The processor (HF or vLLM) expands the single
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from serve_app.errors import InvalidRequestError
 from serve_app.model_facts import render_chat_template
+from serve_app.protocol import Turn
 
 
-def build_messages(question: str, system_prompt: str) -> list[dict[str, Any]]:
-    """Chat messages in the HF/OpenAI multimodal shape: system text, then user video + text."""
+def build_messages(question: str, system_prompt: str, history: Sequence[Turn] = ()) -> list[dict[str, Any]]:
+    """Chat messages in the HF/OpenAI multimodal shape: system text, then user video + text, then
+    the conversation's later turns (text)."""
     return [
         {"role": "system", "content": [{"type": "text", "text": system_prompt}]},
         {"role": "user", "content": [{"type": "video"}, {"type": "text", "text": question}]},
+        *({"role": t.role, "content": [{"type": "text", "text": t.text}]} for t in history),
     ]
 
 
-def render_prompt(question: str, system_prompt: str) -> str:
+def render_prompt(question: str, system_prompt: str, history: Sequence[Turn] = ()) -> str:
     """The prompt text the chat template yields for :func:`build_messages` (with generation prompt).
+
+    ``history`` (later assistant and user turns of a conversation about the clip) follows the first
+    user turn, each as ``<|im_start|>role\\n…<|im_end|>\\n``; the clip stays in the first user turn.
 
     Example::
 
@@ -36,7 +43,7 @@ def render_prompt(question: str, system_prompt: str) -> str:
         <|vision_start|><|video_pad|><|vision_end|>Is anyone in danger?<|im_end|>
         <|im_start|>assistant
     """
-    return render_chat_template(build_messages(question, system_prompt), add_generation_prompt=True)
+    return render_chat_template(build_messages(question, system_prompt, history), add_generation_prompt=True)
 
 
 #: A chat-template control token: every special token of Qwen2.5-VL's tokenizer has this

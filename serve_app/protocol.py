@@ -21,7 +21,7 @@ they are re-exported here so the handle contract reads in one place.
 from __future__ import annotations
 
 import dataclasses
-from typing import TypeAlias
+from typing import Literal, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -40,6 +40,7 @@ __all__ = [
     "FrameSampling",
     "ModelChunk",
     "SamplingOptions",
+    "Turn",
     "VideoInfo",
 ]
 
@@ -53,6 +54,9 @@ class SamplingOptions:
         temperature, top_p, repetition_penalty: token-sampling parameters.
         seed: optional RNG seed (0 … 2**63 - 1).
         ignore_eos: keep generating past end-of-sequence (benchmarks with random weights).
+        stop: stop strings: the answer ends before the first one generated (not included), with
+            finish reason ``stop``, as vLLM's ``SamplingParams.stop``; applied by
+            :func:`serve_app.generation.answer_stream` for every engine.
     """
 
     max_tokens: int
@@ -61,6 +65,20 @@ class SamplingOptions:
     repetition_penalty: float
     seed: int | None = None
     ignore_eos: bool = False
+    stop: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Turn:
+    """One text turn of a conversation after the user's first message (the one with the clip).
+
+    Attributes:
+        role: ``user`` or ``assistant``.
+        text: the turn's text (validated: no chat-template control tokens).
+    """
+
+    role: Literal["user", "assistant"]
+    text: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,13 +88,19 @@ class ClipQuestion:
     Attributes:
         request_id: the request's id for logs (the client's ``X-Request-Id`` or Serve's own).
             It never reaches the engine: the model generates a fresh engine id per request.
-        question: the user's question (validated text).
+        question: the user's question (validated text): the text of the message that carries the clip.
         sampling: token-sampling settings.
+        system_prompt: the request's own system prompt (replaces the configured one), or None.
+        history: the conversation after the question (assistant and user turns, the last one the
+            user's), rendered after it with the model's chat template; empty for one question about
+            one clip.
     """
 
     request_id: str
     question: str
     sampling: SamplingOptions
+    system_prompt: str | None = None
+    history: tuple[Turn, ...] = ()
 
 
 class VideoInfo(BaseModel):

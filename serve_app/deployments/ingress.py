@@ -82,7 +82,7 @@ class Ingress:
         auth = Middleware(
             ApiKeyMiddleware,
             api_key=self.api_key,
-            exempt_paths={HEALTH_ROUTE, READY_ROUTE, *streams.DASHBOARD_ROUTES},
+            exempt_paths={HEALTH_ROUTE, READY_ROUTE, *streams.DASHBOARD_ROUTES, *streams.DASHBOARD_ASSETS},
             reject=reject,
         )
         stream_routes = []
@@ -98,6 +98,7 @@ class Ingress:
                 Route(sr + "/{id}/events", sv.events, methods=["GET"]),
                 Route(streams.EVENTS_ROUTE, sv.events, methods=["GET"]),
                 *(Route(p, streams.dashboard, methods=["GET"]) for p in streams.DASHBOARD_ROUTES),
+                *(Route(p, streams.dashboard_asset(p), methods=["GET"]) for p in streams.DASHBOARD_ASSETS),
             ]
         return Starlette(
             routes=[

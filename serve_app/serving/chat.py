@@ -6,6 +6,13 @@ Request: :class:`serve_app.openai_api.ChatCompletionRequest` (parsed by
 :class:`~serve_app.openai_api.ChatCompletionChunk` values (a role chunk, content
 chunks, a finish chunk, and a usage-only chunk with ``stream_options.include_usage``)
 ending with ``data: [DONE]``; an error inside a stream is the error body.
+
+As vLLM's server, the stream sends no chunk with ``choices`` before the engine's first output:
+the role chunk (``{"role": "assistant", "content": ""}``) leaves just before the first content
+chunk (or before the finish chunk of an answer without text). Clients such as ``vllm bench
+serve`` take the first chunk with ``choices`` as the first token, so the time to it is the
+time to the first token. What the route knows earlier (the sampled clip) is sent only by
+``/v1/video/query``'s ``clip`` event.
 """
 
 from __future__ import annotations
@@ -40,23 +47,34 @@ class ChatEncoder:
     def __init__(self, completion_id: str, created: int, model: str, include_usage: bool):
         self.ids = {"id": completion_id, "created": created, "model": model}
         self.include_usage = include_usage
+        self._role_sent = False
 
     def _chunk(
         self, delta: ChoiceDelta, finish_reason: Literal["stop", "length"] | None = None
     ) -> ChatCompletionChunk:
         return ChatCompletionChunk(**self.ids, choices=[ChunkChoice(delta=delta, finish_reason=finish_reason)])
 
-    def start(self) -> list[BaseModel]:
-        """The role chunk (``{"role": "assistant", "content": ""}``)."""
+    def _role(self) -> list[BaseModel]:
+        """The role chunk (``{"role": "assistant", "content": ""}``) the first time, then nothing."""
+        if self._role_sent:
+            return []
+        self._role_sent = True
         return [self._chunk(ChoiceDelta(role="assistant", content=""))]
 
+    def start(self) -> list[BaseModel]:
+        """Nothing: no chunk with ``choices`` before the engine's first output (see the module docstring)."""
+        return []
+
     def delta(self, delta: Delta) -> list[BaseModel]:
-        """A content chunk."""
-        return [self._chunk(ChoiceDelta(content=delta.text))]
+        """A content chunk, after the role chunk the first time."""
+        return [*self._role(), self._chunk(ChoiceDelta(content=delta.text))]
 
     def done(self, done: Done, text: str) -> list[BaseModel]:
-        """The finish chunk (empty delta), then the usage-only chunk if asked for."""
-        events: list[BaseModel] = [self._chunk(ChoiceDelta(), openai_api.finish_reason(done.finish_reason))]
+        """The finish chunk (empty delta; after the role chunk if no text came), then the usage-only
+        chunk if asked for."""
+        events: list[BaseModel] = [
+            *self._role(), self._chunk(ChoiceDelta(), openai_api.finish_reason(done.finish_reason))
+        ]
         if self.include_usage:
             usage = CompletionUsage.of(done.prompt_tokens, done.completion_tokens)
             events.append(ChatCompletionChunk(**self.ids, choices=[], usage=usage))
@@ -88,10 +106,13 @@ class ChatServing:
         ctx.camera = chat.query.camera_id or ctx.camera
         del raw  # the clip's bytes live on in the source only
         try:
-            run = await self.runner.start(ctx, source, chat.query.question, chat.query)
+            run = await self.runner.start(
+                ctx, source, chat.query.question, chat.query,
+                system_prompt=chat.system_prompt, history=chat.history, stop=chat.stop,
+            )  # fmt: skip
         except ServeAppError as e:  # the pipeline names its clip fields in /v1/video/query terms
             if e.param in openai_api.CLIP_PARAMS:
-                e.param = openai_api.VIDEO_URL_PARAM
+                e.param = chat.video_param
             raise
         completion_id, created = f"chatcmpl-{ctx.request_id}", int(time.time())
         if chat.query.stream:

@@ -26,7 +26,7 @@ from serve_app.config import AppConfig
 from serve_app.errors import ErrorInfo, ServeAppError, error_body, error_value
 from serve_app.guards import log_safe, mark_pipeline_full
 from serve_app.pipeline import ClipRun, causes, client_error, start_run
-from serve_app.protocol import ClipQuestion, ClipSource, Done
+from serve_app.protocol import ClipQuestion, ClipSource, Done, Turn
 from serve_app.serving.request_id import request_id_of
 from serve_app.serving.sse import StreamEncoder, sse_stream
 
@@ -117,17 +117,32 @@ class RouteRunner:
             ms,
         )
 
-    async def start(self, ctx: RequestContext, source: ClipSource, question: str, fields: ClipQueryFields) -> ClipRun:
+    async def start(
+        self,
+        ctx: RequestContext,
+        source: ClipSource,
+        question: str,
+        fields: ClipQueryFields,
+        *,
+        system_prompt: str | None = None,
+        history: tuple[Turn, ...] = (),
+        stop: tuple[str, ...] = (),
+    ) -> ClipRun:
         """Starts the request's run (see :func:`serve_app.pipeline.start_run`) under ``limits.request_timeout_s``
-        counted from ``ctx.t0``, with the config's defaults filled into ``fields``."""
+        counted from ``ctx.t0``, with the config's defaults filled into ``fields``.
+
+        ``system_prompt`` (None: the configured one), ``history`` (later turns of a conversation about
+        the clip) and ``stop`` (stop strings) are the chat route's; see :class:`serve_app.protocol.ClipQuestion`.
+        """
         cfg = self.config
         remaining_s = cfg.limits.request_timeout_s - (time.perf_counter() - ctx.t0)
+        sampling = dataclasses.replace(sampling_options(fields, cfg), stop=stop)
         return await start_run(
             self.decoder,
             self.model,
             source=source,
             sample=frame_sampling_for(fields, cfg),
-            question=ClipQuestion(ctx.request_id, question, sampling_options(fields, cfg)),
+            question=ClipQuestion(ctx.request_id, question, sampling, system_prompt=system_prompt, history=history),
             deadline=asyncio.get_running_loop().time() + remaining_s,
         )
 

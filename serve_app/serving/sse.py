@@ -28,7 +28,7 @@ class StreamEncoder(Protocol):
     """A route's events for the chunks of one run."""
 
     def start(self) -> list[BaseModel]:
-        """Events before the first token."""
+        """Events sent before the model stream is read (the route's clip facts; may be none)."""
 
     def delta(self, delta: Delta) -> list[BaseModel]:
         """Events for newly generated text."""

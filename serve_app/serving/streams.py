@@ -6,7 +6,8 @@
 * ``GET /v1/streams/{id}/events``, ``GET /v1/events``: server-sent events
   (``id:``/``event:``/``data:``), replay after ``Last-Event-ID`` (or ``?after=``) from the worker's
   bounded history; at most ``streams.max_subscribers`` at once per ingress replica (beyond: 503).
-* ``GET /`` and ``GET /dashboard``: the static dashboard page (no data in it: it asks for the key).
+* ``GET /`` and ``GET /dashboard``: the static dashboard page (no data in it: it asks for the key), and its
+  script and style sheet under ``/static/``; all three with a Content-Security-Policy (nothing inline).
 
 Validation happens here, before the worker sees a stream: the body's shape
 (:class:`~serve_app.stream_protocol.StreamCreate`), the configured limits, and the source and
@@ -18,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from importlib import resources
 from typing import Any
 
@@ -248,7 +249,46 @@ class StreamsServing:
             self.subscribers -= 1
 
 
+#: The dashboard's script and style sheet: route (the page names them relative to its own path, so it
+#: also works under a route prefix) → (file in ``serve_app/static``, media type).
+DASHBOARD_ASSETS = {
+    "/static/dashboard.js": ("dashboard.js", "text/javascript"),
+    "/static/dashboard.css": ("dashboard.css", "text/css"),
+}
+#: The page's Content-Security-Policy: scripts, styles, fetches and images from this server only (``blob:``
+#: images: thumbnails are fetched with the Authorization header, then shown from a blob URL), nothing
+#: inline, no plugins, no other base URL or form target, and no framing by any other page.
+DASHBOARD_CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' blob:; connect-src 'self'; "
+    "base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
+#: Headers of the page and its assets: the CSP, no framing (also for browsers without
+#: ``frame-ancestors``), no content sniffing, no referrer, and no caching of an old page.
+DASHBOARD_HEADERS = {
+    "content-security-policy": DASHBOARD_CSP,
+    "x-frame-options": "DENY",
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "no-referrer",
+    "cache-control": "no-store",
+}
+
+
+def _static(name: str) -> str:
+    return resources.files("serve_app").joinpath(f"static/{name}").read_text(encoding="utf-8")
+
+
 async def dashboard(request: Request) -> Response:
-    """``GET /`` and ``GET /dashboard``: the static page (served without the key; it asks for it)."""
-    html = resources.files("serve_app").joinpath("static/dashboard.html").read_text(encoding="utf-8")
-    return HTMLResponse(html, headers={"cache-control": "no-store"})
+    """``GET /`` and ``GET /dashboard``: the static page (served without the key; it asks for it),
+    with :data:`DASHBOARD_HEADERS`."""
+    return HTMLResponse(_static("dashboard.html"), headers=DASHBOARD_HEADERS)
+
+
+def dashboard_asset(route: str) -> Callable[[Request], Awaitable[Response]]:
+    """The endpoint of one of :data:`DASHBOARD_ASSETS` (no key needed: no data in it), with
+    :data:`DASHBOARD_HEADERS`."""
+    name, media_type = DASHBOARD_ASSETS[route]
+
+    async def endpoint(request: Request) -> Response:
+        return Response(_static(name), media_type=media_type, headers=DASHBOARD_HEADERS)
+
+    return endpoint

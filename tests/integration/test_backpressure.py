@@ -70,7 +70,9 @@ def test_full_downstream_queue_is_503_with_retry_after(apps, bottleneck):
     for r in rejected:
         assert r.headers["retry-after"] == "1"
         err = r.json()["error"]
-        assert err["type"] == "overloaded" and "queue full" in err["message"]
+        # Serve's BackPressureError ("queue full"), or, for a request that arrived while the ingress had the
+        # pipeline marked full by an earlier one, the admission guard's refusal (arrival timing decides which)
+        assert err["type"] == "overloaded" and ("queue full" in err["message"] or "queues are full" in err["message"])
     # ... and the service keeps serving.
     r = httpx.post(
         f"{url}/v1/video/query", json={**FIELDS, "video_path": "intel_car-detection.mp4", "max_tokens": 3}, timeout=60

@@ -150,3 +150,69 @@ def test_malformed_json_body_is_400(cpu_app):
         f"{cpu_app}/v1/chat/completions", content=b"{not json", headers={"content-type": "application/json"}, timeout=30
     )
     assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_a_system_message_replaces_the_default_system_prompt(client, data_url):
+    """As with plain vLLM, a system message is rendered with the model's template, in place of the
+    server's Cosmos-Reason1 prompt: the prompt gets shorter with a short system message."""
+    args = {"model": MODEL, "max_tokens": 2, "extra_body": {"end_s": 1}}
+    default = client.chat.completions.create(messages=messages(data_url), **args)
+    terse = client.chat.completions.create(
+        messages=[{"role": "system", "content": "Be terse."}, *messages(data_url)], **args
+    )
+    assert terse.choices[0].message.content is not None
+    assert 0 < terse.usage.prompt_tokens < default.usage.prompt_tokens
+
+
+def test_a_conversation_about_one_clip(client, data_url):
+    """The first user message carries the clip; later text turns are rendered after it (one clip)."""
+    args = {"model": MODEL, "max_tokens": 2, "extra_body": {"end_s": 1}}
+    one = client.chat.completions.create(messages=messages(data_url), **args)
+    convo = [
+        *messages(data_url),
+        {"role": "assistant", "content": "A car drives along a road."},
+        {"role": "user", "content": [{"type": "text", "text": "Is the driver safe?"}]},
+    ]
+    stream = client.chat.completions.create(messages=convo, stream=True, stream_options={"include_usage": True}, **args)
+    chunks = list(stream)
+    usage = chunks[-1].usage
+    assert one.usage.prompt_tokens < usage.prompt_tokens < one.usage.prompt_tokens + 40  # same clip, more text
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_stop_sequences_cut_the_answer_before_the_stop_string(client, stream):
+    """Greedy decoding makes the tiny model's text repeatable: a stop string taken from the middle of
+    one answer cuts the same request's answer right before its first occurrence (vLLM's semantics)."""
+    args = {"model": MODEL, "messages": messages("intel_car-detection.mp4"), "max_tokens": 12, "temperature": 0,
+            "extra_body": {"end_s": 1, "ignore_eos": True}}  # fmt: skip
+    full = client.chat.completions.create(**args).choices[0].message.content
+    stop = full[len(full) // 2 : len(full) // 2 + 2]
+    expected = full[: full.find(stop)]
+    if not stream:
+        r = client.chat.completions.create(**args, stop=[stop])
+        text, reason = r.choices[0].message.content, r.choices[0].finish_reason
+    else:
+        chunks = list(client.chat.completions.create(**args, stop=stop, stream=True))
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        reason = next(c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason)
+    assert (text, reason) == (expected, "stop"), (full, stop)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "param"),
+    [
+        ({"n": 2}, "n"),
+        ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}, "tools"),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "a.png"}}]}]},
+            "messages.0.content.0.type",
+        ),
+    ],
+)
+def test_what_is_not_served_is_a_clear_400(client, kwargs, param):
+    args = {"model": MODEL, "messages": messages("intel_car-detection.mp4"), "max_tokens": 2, **kwargs}
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(**args)
+    err = e.value.response.json()["error"]
+    assert err["type"] == "invalid_request_error" and err["param"] == param and err["message"]

@@ -78,7 +78,7 @@ def test_dashboard_asks_for_the_key_once_and_keeps_it_out_of_urls(faults_app, da
                     page.fill("#key", key)
                     page.click("#keyform button")
                     page.wait_for_selector(f'section.cam[data-stream="{sid}"][data-answered="1"]', timeout=120_000)
-                    page.wait_for_function("document.getElementById('conn').textContent === 'live'", timeout=60_000)
+                    page.wait_for_selector("#conn:text-is('live')", timeout=60_000)  # not wait_for_function: CSP
                     page.reload()  # asked once: the key stays for this tab's session
                     page.wait_for_selector(f'section.cam[data-stream="{sid}"]', timeout=60_000)
                     assert page.locator("#keybox").is_hidden()

@@ -192,7 +192,7 @@ def test_dashboard_in_headless_chromium(cpu_app, cameras, tmp_path):
             page.wait_for_selector("svg.spark[data-points]", timeout=120_000)
             # the event stream connects on its own schedule (answers and sparklines can come from the
             # history endpoints first): wait for it, then check it says so
-            page.wait_for_function("document.getElementById('conn').textContent === 'live'", timeout=120_000)
+            page.wait_for_selector("#conn:text-is('live')", timeout=120_000)  # no wait_for_function: CSP forbids eval
             assert page.locator("#conn").inner_text() == "live"
             shot = ROOT / "results" / "dashboard.png"
             page.screenshot(path=str(tmp_path / "dashboard.png"), full_page=True)
