@@ -36,8 +36,8 @@ from pathlib import Path
 
 import av
 
-from serve_app.decoder import INDEX_TIMED_FORMATS  # the server times these by frame index: windows are re-encoded
 from serve_app.sources import DEFAULT_PORTS
+from serve_app.timeline import INDEX_TIMED_FORMATS  # the server times these by frame index: windows are re-encoded
 
 logger = logging.getLogger(__name__)
 

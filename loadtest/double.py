@@ -20,11 +20,12 @@ import contextlib
 import logging
 import math
 import os
-import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+
+from serve_app.testing.ports import free_port
 
 logger = logging.getLogger(__name__)
 
@@ -116,13 +117,6 @@ def build_double(service_ms: float = 50.0, token_ms: float = 0.0, max_concurrenc
 
     return Starlette(routes=[Route("/v1/video/query", query, methods=["POST"]),
                              Route("/healthz", healthz, methods=["GET"])])
-
-
-def free_port() -> int:
-    """An unused TCP port on loopback."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextlib.contextmanager

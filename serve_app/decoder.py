@@ -58,13 +58,10 @@ from serve_app.decode_passes import PacketIndex, decode_plain, decode_planned, d
 from serve_app.errors import PayloadTooLargeError, UnprocessableClipError
 from serve_app.frames import FrameStore
 from serve_app.frame_sampling import FrameGrid, plan_grid, plan_picks
-from serve_app.timeline import Gap, Timeline, build_timeline, find_gaps
+from serve_app.timeline import INDEX_TIMED_FORMATS, Gap, Timeline, build_timeline, find_gaps
 from serve_app.vision_patches import VisionPatches, patchify
 
 logger = logging.getLogger(__name__)
-
-#: Containers with no trustworthy presentation timestamps: frame i shows at i / rate.
-INDEX_TIMED_FORMATS = frozenset({"avi", "h264", "hevc", "m4v", "mjpeg"})
 
 #: A header duration this much (s) longer than the frames found means a truncated file.
 _TRUNCATION_SLACK_S = 0.5

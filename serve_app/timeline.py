@@ -29,6 +29,11 @@ import numpy as np
 
 from serve_app.frame_sampling import FrameGrid
 
+#: Containers with no trustworthy presentation timestamps: frame i shows at i / rate (FFmpeg
+#: format names; the decoder times these by frame index, and the load tester re-encodes windows
+#: of them instead of cutting packets).
+INDEX_TIMED_FORMATS = frozenset({"avi", "h264", "hevc", "m4v", "mjpeg"})
+
 #: A timestamp this far (s) behind the previous one in decode order starts a new recording.
 DISCONTINUITY_S = 1.0
 

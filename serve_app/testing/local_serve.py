@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from loadtest.double import free_port as free_port  # re-exported: tests take every local-Serve helper from here
+from serve_app.testing.ports import free_port as free_port  # re-exported: tests take every local-Serve helper from here
 
 logger = logging.getLogger(__name__)
 

@@ -7,12 +7,12 @@ for ``port-forward``, serves ``/healthz``, ``/readyz`` and ``/v1/video/query`` o
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
+from serve_app.testing.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 CLIP = ROOT / "tests" / "data" / "dashcam_0p4s.mp4"
@@ -62,12 +62,6 @@ FAKE_KUBECTL = textwrap.dedent("""
     threading.Timer(60, server.shutdown).start()
     server.serve_forever()
 """)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_smoke(tmp_path: Path, **env_extra: str) -> tuple[subprocess.CompletedProcess, list]:
