@@ -164,7 +164,7 @@ def wait_gpu_idle(timeout_s: float) -> float | None:
 
 def force_clean() -> dict[str, Any]:
     """Stops whatever a step left (``ray stop --force``, then SIGKILL to every GPU process); what it found."""
-    left = {"gpu": gpu_state(), "engine_processes": engine_processes()}
+    left: dict[str, Any] = {"gpu": gpu_state(), "engine_processes": engine_processes()}
     subprocess.run(["ray", "stop", "--force"], capture_output=True, check=False)
     left["idle_after_ray_stop_force_s"] = wait_gpu_idle(20)  # what ends by itself once Ray is gone
     left["gpu_processes_after_ray_stop_force"] = gpu_state()["processes"]

@@ -16,7 +16,7 @@ camera whose late answer delays its next window and never overlaps it).
 
 Time is the injected ``clock`` (``time.perf_counter`` by default); sleeps and
 timeouts are the event loop's, so a test can run a whole schedule in virtual
-time (:mod:`serve_app.testing.clock`) with ``clock=loop.time``.
+time (``tests/clock.py``) with ``clock=loop.time``.
 """
 
 from __future__ import annotations

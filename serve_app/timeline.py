@@ -1,7 +1,7 @@
 """The player's timeline of a video stream, and the gaps a decode leaves in a sampling grid.
 
 Pure functions over what the demux pass saw (no decoding), shared by the
-decoder and the differential harness (:mod:`serve_app.bench.decode_truth`).
+decoder and the differential harness (:mod:`benchmarks.decode_truth`).
 
 **The timeline rule.** Times are seconds from the first picture a player
 presents: the earliest presentation timestamp among the video packets the

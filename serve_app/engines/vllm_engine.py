@@ -41,7 +41,7 @@ _FINISH = {"stop": "stop", "length": "length", "abort": "abort"}
 
 #: Environment variable naming a JSON-lines file: when set, every request's stage timings
 #: (preprocessing wait and run, engine queue, prefill, decode) are appended there. Used by
-#: ``python -m serve_app.bench.gpu`` for the per-clip breakdown; off in production.
+#: ``python -m benchmarks.gpu`` for the per-clip breakdown; off in production.
 TIMINGS_ENV = "COSMOS_SERVE_ENGINE_TIMINGS"
 
 

@@ -1,11 +1,15 @@
-"""What tests, benches and drills share (kept in the package so Ray workers can import it).
+"""Test helpers that must live in the runtime package: what Ray workers import, and the local-Serve CLI.
 
+* :mod:`~serve_app.testing.engines`: the scripted, fault-injecting engine and the recording engine
+  (``model.backend: module:factory``; a model replica imports them).
+* :mod:`~serve_app.testing.fake_camera`: a fake RTSP camera on loopback (the camera benches, the
+  load tester's ``--streams`` and the camera tests).
 * :mod:`~serve_app.testing.local_serve`: a local Ray + Serve (start, deploy, stop; the CPU graph's args;
   ``python -m serve_app.testing.local_serve`` serves a Serve config on a chosen port).
-* :mod:`~serve_app.testing.replicas`: memory of the Serve processes; find, kill and count replicas.
-* :mod:`~serve_app.testing.engines`: the scripted, fault-injecting engine (``model.backend: module:factory``).
-* :mod:`~serve_app.testing.clock`: virtual time for asyncio unit tests.
+* :mod:`~serve_app.testing.ports`: a free loopback port, a UDP port probe.
 
 Kept inside the package, not under ``tests/``, so every Ray worker process can
-import it without shipping the test tree in a ``runtime_env``.
+import it without shipping the test tree in a ``runtime_env``. Nothing here imports
+the benches (``benchmarks/``) or the load tester (``loadtest/``); what only the tests
+use lives under ``tests/``, what only the benches use under ``benchmarks/``.
 """

@@ -2,7 +2,7 @@
 
 Needs vLLM (skipped without it, as on the CPU CI); no model is loaded: only vLLM's ``InputProcessor``
 (tokenizer + multimodal processor) runs, and the table patchify of ``model.patchify: table`` on the GPU.
-Run on the GPU machine with ``bash serve_app/bench/gpu_machine.sh tests``.
+Run on the GPU machine with ``bash benchmarks/gpu_machine.sh tests``.
 """
 
 import importlib.util

@@ -1,7 +1,7 @@
 """The real engine in the Serve graph on a GPU (vLLM AsyncLLM, dummy 7B weights).
 
 Skipped without CUDA + vLLM; run on the GPU machine with
-``bash serve_app/bench/gpu_machine.sh tests``.
+``bash benchmarks/gpu_machine.sh tests``.
 """
 
 import importlib.util

@@ -1,5 +1,5 @@
 """Faults survived on real Serve (CPU): a killed decode replica, a dead engine, a burst of
-abandoned requests. Generous bounds only; the fault bench (serve_app.bench.fault) records
+abandoned requests. Generous bounds only; the fault bench (benchmarks.fault) records
 the actual recovery times in results/.
 """
 
@@ -8,7 +8,7 @@ import asyncio
 import httpx
 import pytest
 
-from serve_app.bench import fault
+from benchmarks import fault
 from serve_app.testing.local_serve import cpu_args as cpu_app_args
 from serve_app.testing.local_serve import deploy
 

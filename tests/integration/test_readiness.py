@@ -11,7 +11,7 @@ import time
 import httpx
 import pytest
 
-from serve_app.bench import fault
+from benchmarks import fault
 from serve_app.testing.engines import DIE_MARKER
 from serve_app.testing.local_serve import deploy
 

@@ -2,7 +2,7 @@
 key on: the dashboard asks for the key once and never puts it in a URL; a camera that pauses for
 20 s recovers by itself (reconnecting meanwhile); killing the stream worker's replica resumes
 every registered stream from the SQLite database. Timing is measured by
-``python -m serve_app.bench.stream_faults`` (results/stream_faults.json), not asserted here."""
+``python -m benchmarks.cameras faults`` (results/stream_faults.json), not asserted here."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 
 from serve_app.testing.fake_camera import FakeCamera
 from serve_app.testing.local_serve import TEST_API_KEY_ENV, cpu_app_args, deploy
-from serve_app.testing.replicas import kill_replica, replica_actor_names
+from benchmarks.replicas import kill_replica, replica_actor_names
 
 APP, PREFIX = "stream-faults", "/stream-faults"
 PAUSE_S = 20.0

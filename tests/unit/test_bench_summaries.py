@@ -2,8 +2,8 @@
 
 
 from loadtest.records import RequestRecord
-from serve_app.bench import overload, soak
-from serve_app.bench.memory import RssSample, RssSampler
+from benchmarks import overload, soak
+from benchmarks.memory import RssSample, RssSampler
 
 
 def rec(sent, done, status=200, kind=None, retry_after=None, cam="cam-0", etype=None):

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from serve_app.bench.gpu import _engine_breakdown, decode_file, query_body
-from serve_app.bench.vllm_serve import chat_body, cut_window_files
-from serve_app.bench.workload import QUESTION, SYSTEM_PROMPT, windows
+from benchmarks.gpu import _engine_breakdown, decode_file, query_body
+from benchmarks.vllm_serve import chat_body
+from benchmarks.workload import QUESTION, SYSTEM_PROMPT, cut_window_files, windows
 
 CLIP = Path(__file__).resolve().parents[1] / "data" / "intel_car-detection.mp4"
 
@@ -50,7 +50,7 @@ def test_a_serve_variant_overrides_the_config_it_names(tmp_path):
     """``--variant`` JSON reaches the model, engine, decode and deployment settings, and the result is valid."""
     import argparse
 
-    from serve_app.bench.gpu import _serve_args
+    from benchmarks.gpu import _serve_args
     from serve_app.config import AppConfig
 
     root = Path(__file__).resolve().parents[2]  # not the working directory: pytest may run from anywhere
@@ -68,7 +68,7 @@ def test_a_serve_variant_overrides_the_config_it_names(tmp_path):
 
 
 def test_each_phase_of_a_side_gets_its_own_windows():
-    from serve_app.bench.workload import split_run
+    from benchmarks.workload import split_run
 
     files = list(range(1 + 2 + 5 + 3))
     run = split_run(files, single=2, inflight=5, warm_burst=3)

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from serve_app.bench.decode_latency import lone_clip_latency
-from serve_app.bench.vllm_serve import cut_window_files
-from serve_app.bench.workload import Window
+from benchmarks.decode_latency import lone_clip_latency
+from benchmarks.workload import Window, cut_window_files
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from clipgen import write_video
 
-from serve_app.bench import mutations
+from benchmarks import mutations
 from serve_app.config import DecodeConfig, LimitsConfig
 from serve_app.decoder import FrameSampling, decode_clip
 from serve_app.errors import UnprocessableClipError

@@ -1,11 +1,11 @@
 """Differential harness: for every clip in tests/data (the handed bug cases included) and every
 mutation of tests/data/dashcam_320x180_h264.mp4, the service's decode agrees with a plain full
-PyAV decode (see :mod:`serve_app.bench.decode_truth` for the rules). The report script
-(``python -m serve_app.bench.decode_truth``) runs the same checks and adds ../shared clips."""
+PyAV decode (see :mod:`benchmarks.decode_truth` for the rules). The report script
+(``python -m benchmarks.decode_truth``) runs the same checks and adds ../shared clips."""
 
 import pytest
 
-from serve_app.bench import decode_truth
+from benchmarks import decode_truth
 
 INPUTS = decode_truth.inputs(shared=False)
 

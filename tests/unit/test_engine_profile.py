@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from serve_app.bench.engine_profile import _timeline, kernel_summary, main
+from benchmarks.engine_profile import _timeline, kernel_summary, main
 
 
 def _trace(tmp_path, events, gz=True):

@@ -24,7 +24,7 @@ from loadtest.settings import (
     make_cameras,
 )
 from serve_app.config import AppConfig
-from serve_app.testing.clock import run_virtual
+from clock import run_virtual
 
 WINDOW = Window(3, 30.0, 40.0, 0.4, 10.4, b"\x00\x01mp4", "remux", 0.4)
 

@@ -9,7 +9,7 @@ import pytest
 
 from loadtest import traffic
 from loadtest.records import RequestRecord
-from serve_app.testing.clock import run_virtual
+from clock import run_virtual
 
 DONE = {"type": "done", "usage": {"prompt_tokens": 100, "completion_tokens": 4}, "timings": {"decode_ms": 20.0}}
 

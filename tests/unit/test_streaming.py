@@ -1,6 +1,6 @@
 """Delta coalescing before chunks cross a DeploymentHandle.
 
-The streams run in virtual time (:mod:`serve_app.testing.clock`): token gaps and the
+The streams run in virtual time (``tests/clock.py``): token gaps and the
 coalescing interval take no wall time, and the times asserted are exact.
 """
 
@@ -10,7 +10,7 @@ import pytest
 
 from serve_app.protocol import Delta, Done
 from serve_app.streaming import coalesce_deltas
-from serve_app.testing.clock import run_virtual
+from clock import run_virtual
 
 
 async def source(n_tokens: int, gap_s: float, log: list | None = None, fail: bool = False):

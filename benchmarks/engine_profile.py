@@ -1,6 +1,6 @@
 """Where a burst's time goes inside vLLM: the engine alone, fed the reference workload.
 
-The GPU bench (:mod:`serve_app.bench.gpu`) times whole serving stacks. This bench strips
+The GPU bench (:mod:`benchmarks.gpu`) times whole serving stacks. This bench strips
 them away: one in-process ``AsyncLLM`` (the model replica's engine, with the engine
 arguments of ``--serve-config``) receives the reference workload's clips, already decoded
 and patchified (``vision_input: patches``) or as frames for the HF processor
@@ -19,7 +19,7 @@ Per burst: clips/s, TTFT p50/p95, and from vLLM's per-request engine-core timest
 time from the first arrival until the last clip was scheduled / got its first token, and
 the prefill rate (prompt tokens/s between those points). Usage (GPU machine)::
 
-    python -m serve_app.bench.engine_profile --out $OUT/engine_profile.json \\
+    python -m benchmarks.engine_profile --out $OUT/engine_profile.json \\
         [--engine-args '{"max_num_batched_tokens": 32768}'] [--input frames]
 """
 
@@ -37,8 +37,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from serve_app.bench.gpu import BASE_ENGINE_ARGS, decode_file, versions, window_files
-from serve_app.bench.workload import OUTPUT_TOKENS, QUESTION, SYSTEM_PROMPT, summary
+from benchmarks.gpu import BASE_ENGINE_ARGS, decode_file, versions, window_files
+from benchmarks.workload import OUTPUT_TOKENS, QUESTION, SYSTEM_PROMPT, summary
 
 logger = logging.getLogger(__name__)
 
@@ -224,7 +224,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             bursts[name] = await _burst(llm, prompts, sampling, name, args.stagger_s if name == "staggered" else 0.0)
     llm.shutdown()
     result: dict[str, Any] = {
-        "command": "python -m serve_app.bench.engine_profile " + " ".join(args.argv),
+        "command": "python -m benchmarks.engine_profile " + " ".join(args.argv),
         "versions": versions(),
         "input": args.input,
         "engine_args": engine_args,

@@ -1,14 +1,14 @@
 #!/bin/bash
 # Runs ON THE GPU MACHINE (device tool), from the project root, once the
 # bundle is staged (bash .gpu-bundle/pK/stage.sh N; see README "GPU").
-#   bash serve_app/bench/gpu_machine.sh tests            # tests/gpu -> $OUT/gpu-junit.xml, gpu-tests.log
-#   bash serve_app/bench/gpu_machine.sh bench [ARGS]     # python -m serve_app.bench.gpu -> $OUT/gpu_bench.json
-#   bash serve_app/bench/gpu_machine.sh engine NAME [ARGS] # python -m serve_app.bench.engine_profile -> $OUT/engine_profile.NAME.json
-#   bash serve_app/bench/gpu_machine.sh freeze           # the exact package set there -> $OUT/gpu-freeze.txt
-#   bash serve_app/bench/gpu_machine.sh prep [N]         # byte-compile /root/site, cut N windows into /tmp/xwin
-#   bash serve_app/bench/gpu_machine.sh lifecycle --config C [ARGS]  # python -m benchmarks.lifecycle -> $OUT/lifecycle.json
-#   bash serve_app/bench/gpu_machine.sh serve CONFIG [key=value ...]   # serve run a derived config (background),
-#                                                        # returns once the app is RUNNING (<= 300 s)
+#   bash benchmarks/gpu_machine.sh tests              # tests/gpu -> $OUT/gpu-junit.xml, gpu-tests.log
+#   bash benchmarks/gpu_machine.sh bench [ARGS]       # python -m benchmarks.gpu -> $OUT/gpu_bench.json
+#   bash benchmarks/gpu_machine.sh engine NAME [ARGS] # python -m benchmarks.engine_profile -> $OUT/engine_profile.NAME.json
+#   bash benchmarks/gpu_machine.sh freeze             # the exact package set there -> $OUT/gpu-freeze.txt
+#   bash benchmarks/gpu_machine.sh prep [N]           # byte-compile /root/site, cut N windows into /tmp/xwin
+#   bash benchmarks/gpu_machine.sh lifecycle --config C [ARGS]  # python -m benchmarks.lifecycle -> $OUT/lifecycle.json
+#   bash benchmarks/gpu_machine.sh serve CONFIG [key=value ...]   # serve run a derived config (background),
+#                                                     # returns once the app is RUNNING (<= 300 s)
 set -uo pipefail
 export PYTHONPATH=/root/site:$PWD PATH=/root/site/bin:$PATH
 export VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1 RAY_DEDUP_LOGS=1
@@ -35,11 +35,11 @@ for n in sorted(seen):
 PY
     wc -l "$OUT/gpu-freeze.txt" ;;
   bench)
-    python3 -m serve_app.bench.gpu --out "$OUT/gpu_bench.json" "$@" > "$OUT/bench.log" 2>&1
+    python3 -m benchmarks.gpu --out "$OUT/gpu_bench.json" "$@" > "$OUT/bench.log" 2>&1
     rc=$?; grep -E "^\||Error|error|Traceback" "$OUT/bench.log" | tail -40; exit $rc ;;
   engine)
     name=${1:?engine NAME [ARGS]}; shift
-    python3 -m serve_app.bench.engine_profile --out "$OUT/engine_profile.$name.json" \
+    python3 -m benchmarks.engine_profile --out "$OUT/engine_profile.$name.json" \
       --windows-dir "/tmp/windows-$name" "$@" > "$OUT/engine_profile.$name.log" 2>&1
     rc=$?; mv "$OUT/engine_profile.$name.trace"/profiler_out_0.txt "$OUT/engine_profile.$name.kernels.txt" 2>/dev/null
     rm -rf "$OUT/engine_profile.$name.trace"; tail -30 "$OUT/engine_profile.$name.log"; exit $rc ;;
@@ -51,8 +51,7 @@ PY
     python3 - "${1:-80}" <<'PY'
 import sys, av
 from pathlib import Path
-from serve_app.bench.workload import windows
-from serve_app.bench.vllm_serve import cut_window_files
+from benchmarks.workload import cut_window_files, windows
 clip = Path("tests/data/intel_car-detection.mp4")
 with av.open(str(clip)) as c:
     dur = float(c.duration / 1e6)

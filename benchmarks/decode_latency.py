@@ -3,13 +3,13 @@
 A lone clip waits for its whole decode before the model sees it, so its wall-clock decode
 time adds to TTFT one for one (the GPU bench's single-clip breakdown: ``decode_s``). This
 bench cuts the GPU bench's reference window (a 10-s H.264 window of
-``tests/data/intel_car-detection.mp4``, :func:`serve_app.bench.vllm_serve.cut_window_files`)
+``tests/data/intel_car-detection.mp4``, :func:`benchmarks.workload.cut_window_files`)
 and decodes it as the decode tier does (4 fps, the default pixel budget, from the file) with
 ``decode.threads`` = each of ``--threads``, interleaved, ``--repeats`` times after one warm-up
 each; it reports the p50 and p95 wall-clock milliseconds and the CPU seconds per decode.
 Usage::
 
-    python -m serve_app.bench.decode_latency --threads 1 2 4 --out results/decode_latency.json
+    python -m benchmarks.decode_latency --threads 1 2 4 --out results/decode_latency.json
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def lone_clip_latency(path: Path, threads: list[int], repeats: int) -> list[dict[str, Any]]:
@@ -67,8 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     """CLI entry point (see the module docstring)."""
     import av
 
-    from serve_app.bench.vllm_serve import cut_window_files
-    from serve_app.bench.workload import Window
+    from benchmarks.workload import Window, cut_window_files
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--clip", default=str(ROOT / "tests" / "data" / "intel_car-detection.mp4"))
@@ -85,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = lone_clip_latency(path, args.threads, args.repeats)
     doc = {
         "bench": "decode_latency",
-        "command": "python -m serve_app.bench.decode_latency " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": "python -m benchmarks.decode_latency " + " ".join(argv if argv is not None else sys.argv[1:]),
         "cpus": os.cpu_count(),
         "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
         "window": {"clip": Path(args.clip).name, "start_s": args.start_s, "duration_s": 10.0, **source},

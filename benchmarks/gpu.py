@@ -1,10 +1,10 @@
 """GPU benchmark: plain vLLM vs the project's Serve graph on the reference workload.
 
 One command measures, on the same GPU and the same clip windows
-(:mod:`serve_app.bench.workload`):
+(:mod:`benchmarks.workload`):
 
 0. ``vllm_serve*`` (``--vllm-serve NAME=JSON``): plain ``vllm serve`` (vLLM's OpenAI
-   server, :mod:`serve_app.bench.vllm_serve`), each window file as a ``file://``
+   server, :mod:`benchmarks.vllm_serve`), each window file as a ``file://``
    ``video_url``, with and without the per-request GPU processor;
 1. ``plain_default``: plain vLLM (``AsyncLLM``, the engine of vLLM's offline
    ``LLM`` class as well) with default engine settings, fed the decoded frames
@@ -17,7 +17,7 @@ One command measures, on the same GPU and the same clip windows
    GPU replica, streamed (SSE) so TTFT is seen by the client.
 
 Every side reads the same window files, cut once before the run
-(:func:`serve_app.bench.vllm_serve.cut_window_files`), and must report the same
+(:func:`benchmarks.workload.cut_window_files`), and must report the same
 prompt token count: the bench exits 1 when they differ.
 
 Each side runs in its own process (the GPU is freed between sides). For each:
@@ -25,7 +25,7 @@ clips/s and output tokens/s with ``--inflight`` clips submitted at once,
 TTFT and end-to-end p50/p95, single-clip TTFT (≈ preprocessing + prefill),
 GPU memory, engine/replica start time, engine arguments. Usage (GPU machine)::
 
-    python -m serve_app.bench.gpu --out results/gpu_bench.json \\
+    python -m benchmarks.gpu --out results/gpu_bench.json \\
         --checkpoint checkpoints/cosmos-reason1-7b-dummy --clip tests/data/intel_car-detection.mp4
 """
 
@@ -42,10 +42,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from serve_app.bench.workload import (
+from benchmarks.workload import (
     OUTPUT_TOKENS,
     QUESTION,
     SYSTEM_PROMPT,
+    batch_figures,
+    cut_window_files,
+    send_batch,
     split_run,
     summary,
     windows,
@@ -223,30 +226,11 @@ def query_body(path: Path) -> dict[str, Any]:
 
 async def _http_run(url: str, files: list[Path]) -> tuple[float, int, list, list, list]:
     """All ``files`` at once to the graph's query route (loadtest's client); wall, tokens, TTFT, e2e, timings."""
-    recs = await _batch(url, [query_body(f) for f in files], "/v1/video/query")
+    recs = await send_batch(url, [query_body(f) for f in files], "/v1/video/query")
     server = [{"decode_ms": r.decode_ms, "queue_ms": r.queue_ms, "model_ms": r.model_ms, "ttft_ms": r.server_ttft_ms,
                "total_ms": r.server_total_ms, "prompt_tokens": r.prompt_tokens} for r in recs]
     wall, tokens, ttft, e2e = batch_figures(recs)
     return wall, tokens, ttft, e2e, server
-
-
-async def _batch(url: str, bodies: list[dict[str, Any]], route: str) -> list:
-    """Sends every body at once with loadtest's client; raises on the first failed request."""
-    from loadtest.traffic import batch_json
-
-    recs = await batch_json(url, bodies, route=route, request_timeout_s=900)
-    if bad := [r for r in recs if not r.ok]:
-        raise RuntimeError(f"{len(bad)} of {len(recs)} requests failed; first: HTTP {bad[0].status} "
-                           f"{bad[0].error_type}: {bad[0].error_message}")
-    return recs
-
-
-def batch_figures(recs: list) -> tuple[float, int, list[float], list[float]]:
-    """(wall s, completion tokens, TTFT s, e2e s) of one batch, times from its first send."""
-    t0 = min(r.sent_s for r in recs)
-    ttft = [float("nan") if r.first_token_s is None else r.first_token_s - t0 for r in recs]
-    e2e = [r.done_s - t0 for r in recs]
-    return max(e2e), sum(r.completion_tokens or 0 for r in recs), ttft, e2e
 
 
 def _server_breakdown(server: list[dict[str, Any]]) -> dict[str, Any]:
@@ -365,8 +349,6 @@ def window_files(args) -> list[Path]:
     """The run's window files (cut once; reused when ``--windows-dir`` already holds them)."""
     import av
 
-    from serve_app.bench.vllm_serve import cut_window_files
-
     n = args.window_count or 1 + args.single + args.inflight
     out = Path(args.windows_dir)
     files = [out / f"win-{i:03d}.mp4" for i in range(n)]
@@ -382,7 +364,7 @@ def _side_main(args) -> None:
     if args.side == "plain":
         result = asyncio.run(_plain_side(args, files))
     elif args.side.startswith("vllm_serve"):
-        from serve_app.bench.vllm_serve import vllm_serve_side
+        from benchmarks.vllm_serve import vllm_serve_side
 
         spec = json.loads(args.overrides or "{}")
         variants = spec.get("variants") or {args.side: {}}
@@ -446,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
     out_path = Path(args.out)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     report: dict[str, Any] = {
-        "command": " ".join(["python -m serve_app.bench.gpu", *(argv if argv is not None else sys.argv[1:])]),
+        "command": " ".join(["python -m benchmarks.gpu", *(argv if argv is not None else sys.argv[1:])]),
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "versions": versions(),
         "workload": {
@@ -488,7 +470,7 @@ def main(argv: list[str] | None = None) -> int:
         sides.append((name, js or "{}"))
     for side, overrides in sides:
         part = out_path.with_suffix(f".{side}.part.json")
-        cmd = [sys.executable, "-m", "serve_app.bench.gpu", "--side", side, "--part", str(part),
+        cmd = [sys.executable, "-m", "benchmarks.gpu", "--side", side, "--part", str(part),
                "--checkpoint", args.checkpoint, "--clip", args.clip, "--serve-config", args.serve_config,
                "--inflight", str(args.inflight), "--single", str(args.single), "--port", str(args.port),
                "--warm-burst", str(args.warm_burst),

@@ -2,10 +2,10 @@
 
 Run from the project root (no Ray; one process)::
 
-    python -m serve_app.bench.decode_truth --out results/decode_truth.json
+    python -m benchmarks.decode_truth --out results/decode_truth.json
 
 Inputs: every clip in ``tests/data/`` (the handed bug cases included), the mutated variants
-of ``tests/data/dashcam_320x180_h264.mp4`` that :mod:`serve_app.bench.mutations` makes, and,
+of ``tests/data/dashcam_320x180_h264.mp4`` that :mod:`benchmarks.mutations` makes, and,
 with ``--shared`` (on by default for the script), the real clips of
 ``../shared/data/videos/`` when that folder exists.
 
@@ -53,14 +53,14 @@ from pathlib import Path
 import av
 import numpy as np
 
-from serve_app.bench.mutations import MUTATIONS
+from benchmarks.mutations import MUTATIONS
 from serve_app.config import DecodeConfig, LimitsConfig
 from serve_app.decoder import FrameSampling, decode_clip
 from serve_app.errors import ServeAppError
 
 logger = logging.getLogger(__name__)
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
 SHARED = ROOT.parent / "shared" / "data" / "videos"
 MUTATION_BASE = DATA / "dashcam_320x180_h264.mp4"
@@ -371,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{e['verdict']:4} {name}", file=sys.stderr)
     report: dict[str, Any] = {
         "bench": "decode_truth",
-        "command": "python -m serve_app.bench.decode_truth --out results/decode_truth.json",
+        "command": "python -m benchmarks.decode_truth --out results/decode_truth.json",
         "method": __doc__,
         "machine": {
             "python": platform.python_version(),

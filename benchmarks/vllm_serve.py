@@ -1,10 +1,7 @@
-"""Plain ``vllm serve`` as a side of the GPU benchmark, and the window files every side reads.
+"""Plain ``vllm serve`` as a side of the GPU benchmark (:mod:`benchmarks.gpu`).
 
-Both sides of :mod:`serve_app.bench.gpu` decode the very same bytes: each request's
-10-s window is cut once, before the run, into its own H.264 MP4 file
-(:func:`cut_window_files`: re-encoded, a keyframe at the first frame, exactly the
-window's frames, so no side sees more or less of the clip). Plain vLLM receives a
-window as a ``file://`` ``video_url`` under ``--allowed-local-media-path``; the
+Every side reads the same window files (:func:`benchmarks.workload.cut_window_files`). Plain
+vLLM receives a window as a ``file://`` ``video_url`` under ``--allowed-local-media-path``; the
 project's graph receives it as ``video_path``.
 
 :func:`vllm_serve_side` starts vLLM's OpenAI server (``vllm serve``) on the GPU with
@@ -24,13 +21,19 @@ import signal
 import subprocess
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
-from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from serve_app.bench.harness import stop_process_group
-from serve_app.bench.workload import OUTPUT_TOKENS, QUESTION, SYSTEM_PROMPT, WINDOW_S, Window, split_run, summary
+from benchmarks.harness import stop_process_group
+from benchmarks.workload import (
+    OUTPUT_TOKENS,
+    QUESTION,
+    SYSTEM_PROMPT,
+    batch_figures,
+    send_batch,
+    split_run,
+    summary,
+)
 from serve_app.model_facts import COSMOS_REPETITION_PENALTY, COSMOS_TEMPERATURE, COSMOS_TOP_P
 
 logger = logging.getLogger(__name__)
@@ -38,43 +41,6 @@ logger = logging.getLogger(__name__)
 #: Sampling of every plain request: the Cosmos-Reason1 recipe (as the graph's), fixed output length.
 SAMPLING_BODY = {"max_tokens": OUTPUT_TOKENS, "ignore_eos": True, "temperature": COSMOS_TEMPERATURE,
                  "top_p": COSMOS_TOP_P, "repetition_penalty": COSMOS_REPETITION_PENALTY}
-
-
-def _cut_one(clip: str, start_s: float, out: str) -> str:
-    """Re-encodes ``[start_s, start_s + WINDOW_S)`` of ``clip`` into ``out`` (H.264, CRF 18)."""
-    import av
-
-    with av.open(clip) as src:
-        vs = src.streams.video[0]
-        rate = vs.average_rate or Fraction(25)
-        frames = [
-            f for f in src.decode(vs) if f.time is not None and start_s - 1e-6 <= f.time < start_s + WINDOW_S - 1e-6
-        ]
-    with av.open(out, "w", format="mp4") as dst:
-        st = dst.add_stream("libx264", rate=rate)
-        st.width, st.height, st.pix_fmt = frames[0].width, frames[0].height, "yuv420p"
-        st.options = {"crf": "18", "preset": "veryfast", "g": str(len(frames) + 1)}
-        for i, f in enumerate(frames):
-            g = f.reformat(format="yuv420p")
-            g.pts, g.time_base = i, Fraction(1, 1) / rate
-            for p in st.encode(g):
-                dst.mux(p)
-        for p in st.encode():
-            dst.mux(p)
-    return out
-
-
-def cut_window_files(wins: list[Window], out_dir: Path, workers: int = 8) -> list[Path]:
-    """Cuts each window into its own MP4 (``win-000.mp4`` …), in parallel processes.
-
-    Returns:
-        The files, in the order of ``wins``.
-    """
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = [out_dir / f"win-{i:03d}.mp4" for i in range(len(wins))]
-    with ProcessPoolExecutor(workers) as pool:
-        list(pool.map(_cut_one, [str(w.clip) for w in wins], [w.start_s for w in wins], [str(p) for p in paths]))
-    return paths
 
 
 def chat_body(model: str, path: Path, extra: dict[str, Any]) -> dict[str, Any]:
@@ -98,9 +64,7 @@ async def openai_run(url: str, model: str, files: list[Path], extra: dict[str, A
     Returns:
         (wall_s, completion tokens, TTFT s, e2e s, prompt token counts), times from the first send.
     """
-    from serve_app.bench.gpu import _batch, batch_figures
-
-    recs = await _batch(url, [chat_body(model, f, extra) for f in files], "/v1/chat/completions")
+    recs = await send_batch(url, [chat_body(model, f, extra) for f in files], "/v1/chat/completions")
     wall, tokens, ttft, e2e = batch_figures(recs)
     return wall, tokens, ttft, e2e, [r.prompt_tokens for r in recs if r.prompt_tokens is not None]
 
@@ -139,7 +103,7 @@ def vllm_serve_side(
     """Runs plain ``vllm serve`` with ``flags`` and measures each request variant.
 
     Args:
-        files: window files (:func:`serve_app.bench.workload.split_run`): ``files[0]`` warms up, the
+        files: window files (:func:`benchmarks.workload.split_run`): ``files[0]`` warms up, the
             last ``warm_burst`` go at once untimed, then ``single`` one at a time and ``inflight`` at once.
         variants: name → extra request fields (e.g. ``{"mm_processor_kwargs": {"device": "cuda"}}``).
         result: the bench's ``_result`` function; gpu_memory: its GPU-memory probe.

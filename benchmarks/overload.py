@@ -4,7 +4,7 @@ and the server's memory bounded.
 Run from the project root (CPU, outside CI; starts its own Ray + Serve with ``configs/cpu.yaml``'s
 application args, so the bounded queues measured are the shipped ones)::
 
-    python -m serve_app.bench.overload --out results/overload-cpu.json
+    python -m benchmarks.overload --out results/overload-cpu.json
 
 1. **Capacity.** ``--cameras`` closed-loop clients for ``--capacity-s`` seconds: completed
    requests per second is the capacity ``X``.
@@ -28,13 +28,12 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 
+from benchmarks import harness, replicas
+from benchmarks.memory import RssSample, RssSampler, mib
+from benchmarks.result import command, machine, write_result
 from loadtest import traffic
 from loadtest.records import RequestRecord
 from loadtest.statistics import percentiles
-from serve_app.bench import harness
-from serve_app.bench.memory import RssSample, RssSampler, mib
-from serve_app.bench.result import command, machine, write_result
-from serve_app.testing import replicas
 from serve_app.testing.local_serve import CLIP
 
 logger = logging.getLogger(__name__)
@@ -169,7 +168,7 @@ def main(argv: list[str] | None = None) -> None:
     ov = result["overload"]
     result = {
         "bench": "overload",
-        "command": command("serve_app.bench.overload", argv),
+        "command": command("benchmarks.overload", argv),
         "machine": machine(),
         "config": args.config,
         "object_store_mb": harness.object_store(args),

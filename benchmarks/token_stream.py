@@ -11,7 +11,7 @@ time, delivered tokens/s and the CPU seconds of each Serve process kind
 (model replica, ingress, proxy) per 1,000 tokens. The streams are a
 :func:`loadtest.traffic.batch` (the load tester's client and records).
 
-    python -m serve_app.bench.stream --out results/stream_cpu.json
+    python -m benchmarks.token_stream --out results/stream_cpu.json
 """
 
 from __future__ import annotations
@@ -22,9 +22,10 @@ import time
 
 from ray import serve
 
+from benchmarks import replicas
+from benchmarks.result import command, machine, write_result
 from loadtest import traffic
-from serve_app.bench.result import command, machine, write_result
-from serve_app.testing import local_serve, replicas
+from serve_app.testing import local_serve
 
 
 def _cpu_by_kind(procs) -> dict[str, float]:
@@ -90,7 +91,7 @@ def run(intervals_ms: list[float], inflight: int, tokens: int, port: int, argv: 
             })
             serve.delete(name)
     return {
-        "command": command("serve_app.bench.stream", argv),
+        "command": command("benchmarks.token_stream", argv),
         "machine": machine(),
         "engine": "serve_app.testing.engines:scripted_engine (no model; 10 ms per token per request)",
         "inflight": inflight, "tokens_per_request": tokens, "runs": results,

@@ -2,7 +2,7 @@
 
 Run (CPU, outside CI; starts its own Ray + Serve)::
 
-    python -m serve_app.bench.fault --out results/fault-cpu.json
+    python -m benchmarks.fault --out results/fault-cpu.json
 
 Scenarios (the same functions the fault tests call, with the tests' generous bounds):
 
@@ -26,12 +26,13 @@ from typing import Any
 
 import httpx
 
+from benchmarks import replicas
+from benchmarks.result import command, machine, write_result
 from loadtest import traffic
 from loadtest.records import RequestRecord
 from loadtest.runner import Runner
 from loadtest.statistics import percentiles
-from serve_app.bench.result import command, machine, write_result
-from serve_app.testing import local_serve, replicas
+from serve_app.testing import local_serve
 from serve_app.testing.engines import DIE_MARKER
 
 logger = logging.getLogger(__name__)
@@ -189,7 +190,7 @@ def main(argv: list[str] | None = None) -> None:
     recov = [k["recovery_s"] for k in kills if k["recovery_s"] is not None]
     result = {
         "bench": "fault",
-        "command": command("serve_app.bench.fault", argv),
+        "command": command("benchmarks.fault", argv),
         "machine": machine(),
         "setup": "CPU, real PyAV decoder (2 replicas), scripted weightless engine; 4 cameras, 10-s windows",
         "decoder_kill": kills,

@@ -3,9 +3,9 @@
 Run from the project root (CPU, outside CI; starts its own Ray + Serve with
 ``configs/cpu.yaml``'s application args)::
 
-    nohup python -m serve_app.bench.soak --out results/soak-cpu.json &
+    nohup python -m benchmarks.soak --out results/soak-cpu.json &
 
-Live cameras (``/v1/streams``) instead of posted clips: ``--streams`` (see :mod:`serve_app.bench.streams`).
+Live cameras (``/v1/streams``) instead of posted clips: ``--streams`` (see :mod:`benchmarks.cameras`).
 
 Each of ``--cameras`` cameras sends one clip every ``--period-s`` seconds (a camera cutting its
 stream into windows; starts staggered; a request that outlasts the period delays the next one,
@@ -28,18 +28,17 @@ import argparse
 import asyncio
 import logging
 import sys
-from typing import Any
 import time
 from collections.abc import Sequence
+from typing import Any
 
+from benchmarks import harness, replicas
+from benchmarks.memory import RssSample, RssSampler, mib
+from benchmarks.result import command, machine, write_result
 from loadtest import traffic
 from loadtest.records import RequestRecord
 from loadtest.runner import Runner
 from loadtest.statistics import percentiles
-from serve_app.bench import harness
-from serve_app.bench.memory import RssSample, RssSampler, mib
-from serve_app.bench.result import command, machine, write_result
-from serve_app.testing import replicas
 from serve_app.testing.local_serve import CLIP
 
 logger = logging.getLogger(__name__)
@@ -148,14 +147,14 @@ async def soak(url: str, args, write) -> None:
 def main(argv: list[str] | None = None) -> None:
     """Command line: starts Serve with configs/cpu.yaml's app args and soaks it.
 
-    ``--streams``: the live-camera soak instead (:mod:`serve_app.bench.streams`, its options).
+    ``--streams``: the live-camera soak instead (:mod:`benchmarks.cameras`, its options).
     """
     rest = list(sys.argv[1:] if argv is None else argv)
     if "--streams" in rest:
-        from serve_app.bench import streams
+        from benchmarks import cameras
 
         rest.remove("--streams")
-        raise SystemExit(streams.main(["soak", *rest]))
+        raise SystemExit(cameras.main(["soak", *rest]))
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     harness.add_serve_options(ap, port=0, out="results/soak-cpu.json")
     ap.add_argument("--period-s", type=float, default=10.0, help="seconds between one camera's clips")
@@ -166,7 +165,7 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO)
     header = {
         "bench": "soak",
-        "command": command("serve_app.bench.soak", argv),
+        "command": command("benchmarks.soak", argv),
         "machine": machine(),
         "config": args.config,
         "object_store_mb": harness.object_store(args),

@@ -3,8 +3,8 @@
 Run from the project root (CPU; each starts its own Ray + Serve with ``configs/cpu.yaml``'s
 application args, the stream database in a temporary directory)::
 
-    python -m serve_app.bench.soak --streams --duration-min 30        # = python -m serve_app.bench.streams soak
-    python -m serve_app.bench.streams faults                          # results/stream_faults.json
+    python -m benchmarks.soak --streams --duration-min 30        # = python -m benchmarks.cameras soak
+    python -m benchmarks.cameras faults                          # results/stream_faults.json
 
 ``soak``: ``--cameras`` looping file cameras (the test clips, real-time) at ``--window-s`` windows
 and ``--fps``; the answers are read from ``GET /v1/events`` (server-sent events), so answers/s
@@ -31,12 +31,11 @@ from pathlib import Path
 import httpx
 import numpy as np
 
+from benchmarks import replicas
+from benchmarks.result import machine, write_result
 from loadtest.streams import EventReader
-from serve_app.bench.result import machine, write_result
 from serve_app.config import load_serve_config
 from serve_app.testing import local_serve
-from serve_app.testing import replicas
-from serve_app.testing.replicas import serve_rss_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -78,7 +77,7 @@ def per_stream(answers: list[dict], ids: list[str], t0: float, t1: float) -> dic
 def soak(args) -> int:
     header = {
         "bench": "streams-soak",
-        "command": "python -m serve_app.bench.soak --streams " + " ".join(args.argv[1:]),
+        "command": "python -m benchmarks.soak --streams " + " ".join(args.argv[1:]),
         "machine": machine(),
         "config": args.config,
         "scenario": {
@@ -110,7 +109,7 @@ def soak(args) -> int:
             last_write = 0.0
             while True:
                 now = time.time()
-                rss, private, nproc = serve_rss_bytes()
+                rss, private, nproc = replicas.serve_rss_bytes()
                 st = {s["id"]: s for s in httpx.get(f"{base}/v1/streams", timeout=60).json()["data"]}
                 samples.append({"t_s": round(now - t_start, 1), "rss_mb": round(rss / 2**20, 1),
                                 "private_mb": round(private / 2**20, 1), "processes": nproc,
@@ -160,7 +159,7 @@ def _write_soak(args, header, samples, answers, ids, t_start, statuses) -> None:
 def faults(args) -> int:
     from serve_app.testing.fake_camera import FakeCamera
 
-    out: dict = {"bench": "stream-faults", "command": "python -m serve_app.bench.streams " + " ".join(args.argv),
+    out: dict = {"bench": "stream-faults", "command": "python -m benchmarks.cameras " + " ".join(args.argv),
                  "machine": machine(), "config": args.config, "pause_s": args.pause_s}
     with tempfile.TemporaryDirectory() as db, FakeCamera(seconds=4.0, fps=10, realtime=True, loop=True) as cam:
         base = local_serve.start(args.port, object_store_mb=1024)

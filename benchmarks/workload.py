@@ -6,15 +6,25 @@ and the question below: 8,133 prompt tokens; 256 output tokens with
 ``ignore_eos``. Every request uses a different window (start offsets
 ``k · step_s``), so no multimodal or prefix cache can serve one request from
 another's work.
+
+Both sides of the GPU benchmark (:mod:`benchmarks.gpu`, :mod:`benchmarks.vllm_serve`) decode the
+very same bytes: each request's 10-s window is cut once, before the run, into its own H.264 MP4
+file (:func:`cut_window_files`: re-encoded, a keyframe at the first frame, exactly the window's
+frames, so no side sees more or less of the clip). Every side sends its requests with
+:func:`send_batch` (the load tester's client) and reads its figures with :func:`batch_figures`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import statistics
+from concurrent.futures import ProcessPoolExecutor
+from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 from loadtest import statistics as stats
+from loadtest.traffic import batch_json
 from serve_app.config import DecodeConfig, LimitsConfig
 from serve_app.decoder import DecodedClip, FrameSampling, decode_clip
 from serve_app.model_facts import DEFAULT_SYSTEM_PROMPT
@@ -90,3 +100,57 @@ def summary(latencies_s: list[float]) -> dict:
     """Mean, p50 and p95 of a list of seconds, 4 decimals (:func:`loadtest.statistics.percentiles`)."""
     return {"mean": round(statistics.fmean(latencies_s), 4) if latencies_s else None,
             **stats.percentiles(latencies_s, (50, 95), digits=4)}
+
+
+def _cut_one(clip: str, start_s: float, out: str) -> str:
+    """Re-encodes ``[start_s, start_s + WINDOW_S)`` of ``clip`` into ``out`` (H.264, CRF 18)."""
+    import av
+
+    with av.open(clip) as src:
+        vs = src.streams.video[0]
+        rate = vs.average_rate or Fraction(25)
+        frames = [
+            f for f in src.decode(vs) if f.time is not None and start_s - 1e-6 <= f.time < start_s + WINDOW_S - 1e-6
+        ]
+    with av.open(out, "w", format="mp4") as dst:
+        st = dst.add_stream("libx264", rate=rate)
+        st.width, st.height, st.pix_fmt = frames[0].width, frames[0].height, "yuv420p"
+        st.options = {"crf": "18", "preset": "veryfast", "g": str(len(frames) + 1)}
+        for i, f in enumerate(frames):
+            g = f.reformat(format="yuv420p")
+            g.pts, g.time_base = i, Fraction(1, 1) / rate
+            for p in st.encode(g):
+                dst.mux(p)
+        for p in st.encode():
+            dst.mux(p)
+    return out
+
+
+def cut_window_files(wins: list[Window], out_dir: Path, workers: int = 8) -> list[Path]:
+    """Cuts each window into its own MP4 (``win-000.mp4`` …), in parallel processes.
+
+    Returns:
+        The files, in the order of ``wins``.
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = [out_dir / f"win-{i:03d}.mp4" for i in range(len(wins))]
+    with ProcessPoolExecutor(workers) as pool:
+        list(pool.map(_cut_one, [str(w.clip) for w in wins], [w.start_s for w in wins], [str(p) for p in paths]))
+    return paths
+
+
+async def send_batch(url: str, bodies: list[dict[str, Any]], route: str) -> list:
+    """Sends every body at once with loadtest's client; raises on the first failed request."""
+    recs = await batch_json(url, bodies, route=route, request_timeout_s=900)
+    if bad := [r for r in recs if not r.ok]:
+        raise RuntimeError(f"{len(bad)} of {len(recs)} requests failed; first: HTTP {bad[0].status} "
+                           f"{bad[0].error_type}: {bad[0].error_message}")
+    return recs
+
+
+def batch_figures(recs: list) -> tuple[float, int, list[float], list[float]]:
+    """(wall s, completion tokens, TTFT s, e2e s) of one batch, times from its first send."""
+    t0 = min(r.sent_s for r in recs)
+    ttft = [float("nan") if r.first_token_s is None else r.first_token_s - t0 for r in recs]
+    e2e = [r.done_s - t0 for r in recs]
+    return max(e2e), sum(r.completion_tokens or 0 for r in recs), ttft, e2e

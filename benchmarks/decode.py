@@ -2,7 +2,7 @@
 
 Run from the project root (no Ray; one process, one core)::
 
-    python -m serve_app.bench.decode --out results/decode_bench.json
+    python -m benchmarks.decode --out results/decode_bench.json
 
 For each clip, in one run, interleaved ``--repeats`` times:
 
@@ -62,7 +62,7 @@ from serve_app.decoder import DecodedClip, FrameSampling, decode_clip
 
 logger = logging.getLogger(__name__)
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 #: Where clips are looked up, in order.
 CLIP_DIRS = [ROOT / "tests" / "data", ROOT.parent / "shared" / "data" / "videos" / "real",
              ROOT.parent / "shared" / "data" / "videos" / "edge"]  # fmt: skip
@@ -450,7 +450,7 @@ def main(argv: list[str] | None = None) -> int:
     info["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     doc = {
         "bench": "decode",
-        "command": "python -m serve_app.bench.decode " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": "python -m benchmarks.decode " + " ".join(argv if argv is not None else sys.argv[1:]),
         "machine": info,
         "method": __doc__.split("\n\n", 2)[2].strip(),
         "ffmpeg_startup_cpu_s": round(startup, 4),

@@ -7,7 +7,7 @@ model replica's "ready" log line and for ``GET /readyz`` to answer 200, then
 times ``--requests`` uploads of the README's clip (the ``curl`` example) and
 writes JSON; ``--response-out`` keeps the last response body (the README shows it).
 
-    python -m serve_app.bench.quickstart --out results/cpu/quickstart.json \
+    python -m benchmarks.quickstart --out results/cpu/quickstart.json \
         --response-out results/cpu/curl-intel_car-detection.json
 """
 
@@ -27,9 +27,9 @@ from pathlib import Path
 
 import httpx
 
-from serve_app.bench.harness import stop_process_group
+from benchmarks.harness import stop_process_group
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 CLIP = ROOT / "tests" / "data" / "intel_car-detection.mp4"
 READY = "model replica ready in"
 
@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             stop_process_group(proc, signal.SIGINT)  # like Ctrl-C on `serve run`
     doc = {
-        "command": "python -m serve_app.bench.quickstart " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": "python -m benchmarks.quickstart " + " ".join(argv if argv is not None else sys.argv[1:]),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                     "load_average_1_5_15": [round(x, 2) for x in os.getloadavg()]},
         "first_start_s": round(first_start_s, 2),

@@ -8,7 +8,7 @@ import os
 import time
 from collections.abc import Callable
 
-from serve_app.testing import replicas
+from benchmarks import replicas
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,7 +43,7 @@ def mib(n_bytes: float) -> float:
 
 
 class RssSampler:
-    """Samples :func:`serve_app.testing.replicas.serve_rss_bytes` every ``period_s`` seconds.
+    """Samples :func:`benchmarks.replicas.serve_rss_bytes` every ``period_s`` seconds.
 
     Set :attr:`phase` to label the samples that follow; :meth:`run` samples until its event is set.
     """

@@ -1,0 +1,1 @@
+"""Bench commands (``python -m benchmarks.<name>``); each writes a JSON result file."""
