@@ -25,7 +25,8 @@
 #
 # Layers: the pinned dependencies first (~4.4 GB on the GPU side, rebuilt only
 # when the constraints file changes), then the code, installed --no-deps (a code
-# change rebuilds a few hundred kB). The pins are installed --no-deps too: they
+# change rebuilds a few hundred kB). The code is the runtime only: serve_app/ and
+# configs/ (the load tester, the benches, the tests and the dev tools stay out; .dockerignore). The pins are installed --no-deps too: they
 # are the exact set that ran (generated from results/gpu/gpu-freeze.txt by
 # `python -m cosmos_tools.constraints`), which pip's resolver would refuse as a
 # whole (the header of each file says why, e.g. Ray 2.60 declares aiohttp>=3.14.4
@@ -41,7 +42,6 @@ COPY --chown=ray:users constraints/image-cpu.txt constraints/
 RUN pip install --no-cache-dir --no-deps --extra-index-url "${TORCH_INDEX}" -r constraints/image-cpu.txt
 COPY --chown=ray:users pyproject.toml README.md ./
 COPY --chown=ray:users serve_app ./serve_app
-COPY --chown=ray:users loadtest ./loadtest
 COPY --chown=ray:users configs ./configs
 # A regular (not editable) install: Serve imports serve_app.app:build_app from
 # site-packages on every node, whatever the working directory.
@@ -54,7 +54,6 @@ COPY --chown=ray:users constraints/gpu.txt constraints/
 RUN pip install --no-cache-dir --no-deps -r constraints/gpu.txt
 COPY --chown=ray:users pyproject.toml README.md ./
 COPY --chown=ray:users serve_app ./serve_app
-COPY --chown=ray:users loadtest ./loadtest
 COPY --chown=ray:users configs ./configs
 RUN pip install --no-cache-dir --no-deps . \
  && python -c "import serve_app.app, vllm; print('cosmos-serve with vLLM', vllm.__version__)"

@@ -49,10 +49,19 @@ def test_both_images_share_ray_python_and_the_project_code():
     assert s["cpu"][0] == "FROM rayproject/ray:${RAY_VERSION}-${PYTHON_TAG}-cpu AS cpu"
     assert s["gpu"][0] == "FROM rayproject/ray:${RAY_VERSION}-${PYTHON_TAG}-${CUDA_TAG} AS gpu"
     copies = {name: [i for i in body if i.startswith("COPY") and "constraints" not in i] for name, body in s.items()}
-    assert copies["cpu"] == copies["gpu"] and len(copies["cpu"]) == 4
+    assert copies["cpu"] == copies["gpu"]
+    # the runtime only: the package and its configs (the load tester, benches, tests and dev tools stay out)
+    sources = {src for line in copies["cpu"] for src in line.split()[2:-1]}
+    assert sources == {"pyproject.toml", "README.md", "serve_app", "configs"}
     assert args()["PYTHON_TAG"] == "py312" and args()["CUDA_TAG"] == "cu130"
     pin = next(r for r in PYPROJECT["project"]["dependencies"] if r.startswith("ray[serve]=="))
     assert args()["RAY_VERSION"] == pin.split("==")[1]
+
+
+def test_the_build_context_leaves_the_dev_trees_out():
+    ignored = {line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()}
+    assert {"loadtest", "benchmarks", "tests", "cosmos_tools"} <= ignored
+    assert not {"serve_app", "configs", "pyproject.toml", "README.md"} & ignored
 
 
 @pytest.mark.parametrize("stage, pins", [("cpu", "constraints/image-cpu.txt"), ("gpu", "constraints/gpu.txt")])
