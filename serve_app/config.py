@@ -470,6 +470,20 @@ class StreamsConfig(_Model):
     )
     max_window_s: float = Field(60.0, gt=0, description="Longest `window_s` a stream may ask for, seconds.")
     max_fps: float = Field(8.0, gt=0, le=30, description="Highest `fps` a stream may ask for, frames/s.")
+    max_window_frames: int = Field(
+        128,
+        ge=1,
+        description="Most frames one stream window may hold (`window_s` × `fps`), frames; at most limits.max_frames "
+        "(the clip routes' limit): a stream holds its windows for as long as it runs.",
+    )
+    max_frame_memory_bytes: int = Field(
+        2 * 2**30,
+        gt=0,
+        description="Frame memory the stream worker may hold for all streams together, bytes. Each stream reserves "
+        "the most its windows can hold (serve_app/stream_rules.py: window frames at the model's size, the window "
+        "being filled and those waiting for the model in YUV 4:2:0, the one handed to the model in RGB) when it is "
+        "registered (past the budget: 503 naming it) or resumed (past it: the stream is failed with the reason).",
+    )
     max_questions: int = Field(8, ge=1, description="Most questions per stream.")
     pending_windows: int = Field(
         1, ge=1, description="Windows a stream may hold waiting for the model; when full the oldest is dropped."
@@ -525,6 +539,15 @@ class AppConfig(_Model):
         description="Stream-worker deployment options (one replica reads every registered camera; it never "
         "takes the decode replicas that serve one-off clips).",
     )
+
+    @model_validator(mode="after")
+    def _stream_window_under_clip_limit(self) -> AppConfig:
+        if self.streams.max_window_frames > self.limits.max_frames:
+            raise ValueError(
+                f"streams.max_window_frames {self.streams.max_window_frames} exceeds limits.max_frames "
+                f"{self.limits.max_frames}: a stream window may not hold more frames than a clip"
+            )
+        return self
 
 
 def load_serve_config(path: str | Path) -> dict[str, Any]:

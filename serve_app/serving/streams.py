@@ -32,7 +32,6 @@ from serve_app.errors import (
     ErrorInfo,
     InvalidRequestError,
     OverloadedError,
-    PayloadTooLargeError,
     ServeAppError,
 )
 from serve_app.serving.context import (
@@ -42,6 +41,7 @@ from serve_app.serving.context import (
 )
 from serve_app.sources import check_url, resolve_local_path
 from serve_app.stream_protocol import EventBatch, StreamCreate, StreamEvent
+from serve_app.stream_rules import check_stream_limits
 
 logger = logging.getLogger("ray.serve")
 
@@ -74,36 +74,8 @@ def validate_stream(body: dict[str, Any], config: AppConfig) -> StreamCreate:
         spec = StreamCreate.model_validate(body)
     except ValidationError as e:
         raise validation_error(e) from None
-    s, lim = config.streams, config.limits
-    if spec.window_s > s.max_window_s:
-        raise InvalidRequestError(
-            f"window_s is {spec.window_s:g}; the limit is {s.max_window_s:g} s (streams.max_window_s)", param="window_s"
-        )
-    if spec.fps > s.max_fps:
-        raise InvalidRequestError(f"fps is {spec.fps:g}; the limit is {s.max_fps:g} (streams.max_fps)", param="fps")
-    if spec.every_s is not None and spec.every_s < spec.window_s:
-        raise InvalidRequestError("every_s must be at least window_s (windows do not overlap)", param="every_s")
-    if spec.window_s * spec.fps > lim.max_frames:
-        raise InvalidRequestError(
-            f"window_s × fps = {spec.window_s * spec.fps:g} frames; the limit is {lim.max_frames} (limits.max_frames)",
-            param="fps",
-        )
-    if spec.window_s * spec.fps < 1:
-        raise InvalidRequestError("window_s × fps must give at least one frame per window", param="fps")
-    if len(spec.questions) > s.max_questions:
-        raise InvalidRequestError(
-            f"{len(spec.questions)} questions; the limit is {s.max_questions} (streams.max_questions)",
-            param="questions",
-        )
-    if any(len(q) > lim.max_question_chars for q in spec.questions):
-        raise PayloadTooLargeError(
-            f"a question is longer than {lim.max_question_chars} characters (limits.max_question_chars)",
-            param="questions",
-        )
-    if spec.max_tokens is not None and spec.max_tokens > lim.max_tokens:
-        raise InvalidRequestError(
-            f"max_tokens is {spec.max_tokens}; the limit is {lim.max_tokens} (limits.max_tokens)", param="max_tokens"
-        )
+    check_stream_limits(spec, config)
+    lim = config.limits
     try:
         if "://" in spec.url:
             check_url(spec.url, config.sources)
