@@ -169,8 +169,9 @@ class SecurityConfig(_Model):
     max_requests_per_client: int | None = Field(
         None,
         ge=1,
-        description="Requests one client (see client_identity) may hold at once on the clip routes of one "
-        "ingress replica; past it 429 with Retry-After, before the body is read. None: no per-client limit.",
+        description="Requests with a body (POST, PUT, PATCH: every route) one client (see client_identity) may "
+        "hold at once on one ingress replica; past it 429 with Retry-After, before the body is read. None: no "
+        "per-client limit.",
     )
     client_identity: Literal["address", "api_key"] = Field(
         "address",
@@ -193,9 +194,10 @@ class SecurityConfig(_Model):
         16,
         ge=1,
         description="Ray Serve request slots of the ingress replica kept for /healthz, /readyz and "
-        "/v1/models: Serve's max_ongoing_requests is ingress.max_ongoing_requests plus these, and the "
-        "clip routes are admitted only up to ingress.max_ongoing_requests, so health checks never wait "
-        "behind uploads.",
+        "/v1/models: Serve's max_ongoing_requests is ingress.max_ongoing_requests plus "
+        "streams.max_subscribers plus these; every other route is admitted only up to "
+        "ingress.max_ongoing_requests (event subscriptions up to streams.max_subscribers), before its body, "
+        "so health checks never wait behind uploads, slow bodies or subscribers.",
     )
     readiness_cache_s: float = Field(
         1.0, ge=0, description="Seconds a /readyz answer (one controller round trip) is reused."

@@ -8,11 +8,13 @@ callback (the ingress's, which counts and logs it):
   (``x-request-disconnect-disabled`` turns off cancellation on disconnect,
   ``x-request-timeout-seconds`` …) are the operator's, not the client's: 400
   naming the header, on every route.
-* :class:`AdmissionGuard`: the clip routes are admitted up to a number of
-  requests per ingress replica (``ingress.max_ongoing_requests``) and per client
+* :class:`AdmissionGuard`: every route but the health checks and the event
+  subscriptions is admitted up to a number of requests per ingress replica
+  (``ingress.max_ongoing_requests``), those with a body also per client
   (``security.max_requests_per_client``: 429), before the body is read; Ray
-  Serve's slot count is that plus ``security.reserved_slots``, so ``/healthz`` and
-  ``/readyz`` never queue behind uploads. It also refuses a request before its
+  Serve's slot count is that plus the subscriber slots plus
+  ``security.reserved_slots``, so ``/healthz`` and ``/readyz`` never queue behind
+  uploads, slow bodies or subscribers. It also refuses a clip request before its
   body when the pipeline behind is known to be full: the last clip request to
   end was refused by a full decoder or model queue (:func:`mark_pipeline_full`)
   less than ``retry_after_s`` ago.
@@ -156,8 +158,8 @@ class AdmissionState:
     """Counters of one ingress replica's admission (read by tests and metrics).
 
     Attributes:
-        in_flight: clip requests admitted and not finished.
-        per_client: admitted requests per client key.
+        in_flight: requests admitted and not finished (event subscriptions apart).
+        per_client: admitted requests with a body per client key.
         saturated_until: ``time.monotonic()`` until which new clip requests are refused
             for load (0: not saturated).
         refused: requests refused so far, by reason (``busy``, ``client_limit``, ``saturated``).
@@ -169,17 +171,30 @@ class AdmissionState:
     refused: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
+#: Methods whose requests carry a body (the per-client limit counts these).
+BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+
+
 class AdmissionGuard:
-    """ASGI middleware: admits clip requests (``paths``) by count, before their body is read.
+    """ASGI middleware: admits requests by count, before their body is read.
+
+    Every request is admitted here except those ``exempt`` says are not (the health checks,
+    answered from the slots Serve keeps for them, and the event subscriptions, which have their
+    own slots): up to ``max_in_flight`` at once per ingress replica (503 past it), those with a
+    body up to ``max_per_client`` per client (429), and the clip routes (``pipeline_paths``) not
+    while the pipeline behind is known to be full. So no route, with or without a body, can hold
+    the slots kept for the health checks.
 
     Args:
         app: the wrapped ASGI app.
-        paths: the guarded paths (below the route prefix); other paths pass untouched.
-        max_in_flight: clip requests this replica holds at once; more get 503 + ``Retry-After``.
-        max_per_client: requests one client holds at once (None: no limit); more get 429 + ``Retry-After``.
+        exempt: ``exempt(path)`` → True for paths (below the route prefix) that pass untouched.
+        pipeline_paths: the clip routes, refused before their body while the pipeline is full.
+        max_in_flight: requests this replica admits at once; more get 503 + ``Retry-After``.
+        max_per_client: requests with a body one client holds at once (None: no limit); more get
+            429 + ``Retry-After``.
         client_key: ``client_key(scope, headers)`` → the client's identity (see :func:`client_key`).
         retry_after_s: the ``Retry-After`` value, seconds; also how long, at most, a 503 for
-            load from the pipeline makes new requests be refused before their body.
+            load from the pipeline makes new clip requests be refused before their body.
         reject: sends the error response.
         clock: ``time.monotonic``-like (tests inject one).
     """
@@ -187,7 +202,8 @@ class AdmissionGuard:
     def __init__(
         self,
         app: ASGIApp,
-        paths: Iterable[str],
+        exempt: Callable[[str], bool],
+        pipeline_paths: Iterable[str],
         max_in_flight: int,
         max_per_client: int | None,
         client_key: Callable[[Scope, Mapping[str, str]], str],
@@ -196,7 +212,8 @@ class AdmissionGuard:
         clock: Callable[[], float] = time.monotonic,
     ):
         self.app = app
-        self.paths = frozenset(paths)
+        self.exempt = exempt
+        self.pipeline_paths = frozenset(pipeline_paths)
         self.max_in_flight = max_in_flight
         self.max_per_client = max_per_client
         self.client_key = client_key
@@ -222,36 +239,45 @@ class AdmissionGuard:
         return OverloadedError(f"server busy: {why}; retry after {retry} s", retry_after_s=retry)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or app_path(scope) not in self.paths:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path = app_path(scope)
+        if self.exempt(path):
             await self.app(scope, receive, send)
             return
         st = self.state
-        key = self.client_key(scope, header_map(scope))
+        per_client = scope.get("method", "GET") in BODY_METHODS
+        pipeline = path in self.pipeline_paths
+        key = self.client_key(scope, header_map(scope)) if per_client else ""
         err = None
         if st.in_flight >= self.max_in_flight:
             err = self._refuse("busy")
-        elif self.max_per_client is not None and st.per_client.get(key, 0) >= self.max_per_client:
+        elif per_client and self.max_per_client is not None and st.per_client.get(key, 0) >= self.max_per_client:
             err = self._refuse("client_limit")
-        elif st.saturated_until > self.clock():
+        elif pipeline and st.saturated_until > self.clock():
             err = self._refuse("saturated")
         if err is not None:
             await self.reject(scope, receive, send, err)
             return
         st.in_flight += 1
-        st.per_client[key] = st.per_client.get(key, 0) + 1
+        if per_client:
+            st.per_client[key] = st.per_client.get(key, 0) + 1
         try:
             await self.app(scope, receive, send)
         finally:
             st.in_flight -= 1
-            left = st.per_client.get(key, 1) - 1
-            if left > 0:
-                st.per_client[key] = left
-            else:
-                st.per_client.pop(key, None)
-            if scope.get(PIPELINE_FULL):
-                st.saturated_until = self.clock() + max(1, self.retry_after_s)
-            else:  # a request ended (answered, failed or abandoned by its client): a slot may be free
-                st.saturated_until = 0.0
+            if per_client:
+                left = st.per_client.get(key, 1) - 1
+                if left > 0:
+                    st.per_client[key] = left
+                else:
+                    st.per_client.pop(key, None)
+            if pipeline:
+                if scope.get(PIPELINE_FULL):
+                    st.saturated_until = self.clock() + max(1, self.retry_after_s)
+                else:  # a clip request ended (answered, failed or abandoned by its client): a slot may be free
+                    st.saturated_until = 0.0
 
 
 def client_key(scope: Scope, headers: Mapping[str, str], identity: str = "address", keys_on: bool = False) -> str:

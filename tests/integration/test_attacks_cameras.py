@@ -8,6 +8,9 @@ timeout, every loop a count, every stream registered here is deleted.
 
 from __future__ import annotations
 
+import json
+import socket
+
 import httpx
 import pytest
 
@@ -18,18 +21,22 @@ from serve_app.testing.local_serve import cpu_args, deploy
 
 PREFIX = "/cameras"
 DEAD_CAMERA = "rtsp://127.0.0.1:9/cam"  # refused at once: the reader reconnects with backoff, holds nothing
+SLOTS = 8  # requests the ingress admits (ingress.max_ongoing_requests)
+SUBSCRIBERS = 8  # streams.max_subscribers: as many as the reserved slots (the issue's 16 = 16)
+RESERVED = 8  # security.reserved_slots
+BODY_TIMEOUT_S = 20  # slow bodies hold their slot this long (then 408)
 
 
 def app_args() -> dict:
     return cpu_args(
         model={"max_model_len": 4096},
-        ingress={"num_cpus": 0, "max_ongoing_requests": 8},
+        ingress={"num_cpus": 0, "max_ongoing_requests": SLOTS},
         decoder={"num_cpus": 0, "num_replicas": 1, "max_ongoing_requests": 1, "max_queued_requests": 1},
         limits={"max_upload_bytes": 2_000_000, "retry_after_s": 5},
         sources={"allowed_networks": ["127.0.0.1/32"], "rtsp_open_timeout_s": 2, "rtsp_read_timeout_s": 2},
-        security={"body_timeout_s": 2, "body_min_rate_bytes_s": 1000, "reserved_slots": 8},
-        streams={"reconnect_initial_s": 5, "reconnect_max_s": 10},
-        stream_worker={"num_cpus": 0, "num_replicas": 1},
+        security={"body_timeout_s": BODY_TIMEOUT_S, "body_min_rate_bytes_s": 1000, "reserved_slots": RESERVED},
+        streams={"reconnect_initial_s": 5, "reconnect_max_s": 10, "max_subscribers": SUBSCRIBERS},
+        stream_worker={"num_cpus": 0, "num_replicas": 1, "max_ongoing_requests": 64},
     )
 
 
@@ -48,6 +55,78 @@ def cleanup(app):
     yield
     for s in httpx.get(f"{app}/v1/streams", timeout=30).json()["data"]:
         httpx.delete(f"{app}/v1/streams/{s['id']}", timeout=30)
+
+
+def hostport(url: str) -> tuple[str, int]:
+    host, port = url.split("//")[1].split("/")[0].split(":")
+    return host, int(port)
+
+
+class RawRequest:
+    """One HTTP/1.1 request on a raw socket from ``source`` (a loopback address): head now, body at will."""
+
+    def __init__(self, url: str, path: str, headers: dict[str, str], method: str = "POST", source: str = "127.0.0.1"):
+        self.sock = socket.create_connection(hostport(url), timeout=60, source_address=(source, 0))
+        head = f"{method} {PREFIX}{path} HTTP/1.1\r\nHost: test\r\n" + "".join(
+            f"{k}: {v}\r\n" for k, v in headers.items()
+        )
+        self.sock.sendall(head.encode() + b"\r\n")
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def head(self, timeout_s: float = 60) -> tuple[int, dict[str, str], bytes]:
+        """The response's status, headers and body (of an event stream: what came with the head)."""
+        self.sock.settimeout(timeout_s)
+        buf = b""
+        while b"\r\n\r\n" not in buf:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError(f"closed without a response: {buf[:200]!r}")
+            buf += chunk
+        head, _, body = buf.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+        n = int(headers.get("content-length", "0"))  # an event stream has none: only what came with the head
+        while len(body) < n:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                break
+            body += chunk
+        return int(lines[0].split(" ")[1]), headers, body
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def slow_registration(app: str, i: int) -> RawRequest:
+    """A POST /v1/streams that declares 1,000 bytes and sends 10: held until the body deadline (408)."""
+    r = RawRequest(app, "/v1/streams", {"Content-Type": "application/json", "Content-Length": "1000"},
+                   source=f"127.0.0.{2 + i % 16}")
+    r.send(b'{"url": "a"')
+    return r
+
+
+def slow_upload(app: str, i: int) -> RawRequest:
+    """A clip upload that declares 500 kB and sends 10 kB: held until the body deadline (408)."""
+    r = RawRequest(app, "/v1/video/query", {"Content-Type": "multipart/form-data; boundary=b",
+                                             "Content-Length": "500000"}, source=f"127.0.0.{2 + i % 16}")
+    head = b'--b\r\nContent-Disposition: form-data; name="video"; filename="a.mp4"\r\n\r\n'
+    r.send(head + b"\0" * (10_000 - len(head)))
+    return r
+
+
+def subscriber(app: str) -> RawRequest:
+    return RawRequest(app, "/v1/events", {}, method="GET")
+
+
+def health_answers(app: str) -> list[tuple[str, int, str]]:
+    """/healthz and /readyz, each given 10 s (a health check queued behind the attack does not answer)."""
+    out = []
+    for path in ("/healthz", "/readyz"):
+        r = httpx.get(f"{app}{path}", timeout=10)
+        out.append((path, r.status_code, r.json()["status"]))
+    return out
 
 
 def register(app: str, **body) -> httpx.Response:
@@ -76,3 +155,45 @@ def test_a_fleet_of_big_window_streams_stops_at_the_frame_memory_budget(app, cle
     err = refused.json()["error"]
     assert err["type"] == "overloaded" and "streams.max_frame_memory_bytes" in err["message"]
     assert len(httpx.get(f"{app}/v1/streams", timeout=30).json()["data"]) == fits
+
+
+# --- item 2: health checks that cannot be starved -------------------------------------------------
+
+
+def test_slow_stream_registrations_cannot_starve_the_health_checks(app):
+    """80 slow POST /v1/streams bodies took every Serve slot of the ingress (only the clip routes were
+    admitted) and /healthz timed out. Now every route with a body is admitted before it is read: the
+    slow registrations past ingress.max_ongoing_requests get 503 at once, the health checks answer."""
+    attackers = SLOTS + SUBSCRIBERS + RESERVED  # every Serve slot there is
+    held = [slow_registration(app, i) for i in range(attackers)]
+    try:
+        health = health_answers(app)
+        answers = [r.head(BODY_TIMEOUT_S + 30) for r in held]
+    finally:
+        for r in held:
+            r.close()
+    assert health == [("/healthz", 200, "ok"), ("/readyz", 200, "ready")]
+    statuses = sorted(a[0] for a in answers)
+    assert statuses == [408] * SLOTS + [503] * (attackers - SLOTS), statuses
+    refused = next(a for a in answers if a[0] == 503)
+    assert int(refused[1]["retry-after"]) >= 1
+
+
+def test_subscribers_and_slow_uploads_together_leave_the_health_checks_their_slots(app):
+    """The subscriber cap equalled the reserved slots: 16 subscribers and 64 slow uploads held all 80
+    Serve slots. Subscribers now have slots of their own, on top of the admitted and the reserved ones."""
+    subs = [subscriber(app) for _ in range(SUBSCRIBERS)]
+    uploads: list[RawRequest] = []
+    try:
+        heads = [s.head(30) for s in subs]
+        uploads = [slow_upload(app, i) for i in range(SLOTS)]
+        health = health_answers(app)
+        one_more = subscriber(app)
+        extra = one_more.head(30)
+        one_more.close()
+    finally:
+        for r in subs + uploads:
+            r.close()
+    assert [h[0] for h in heads] == [200] * SUBSCRIBERS
+    assert health == [("/healthz", 200, "ok"), ("/readyz", 200, "ready")]
+    assert extra[0] == 503 and "streams.max_subscribers" in json.loads(extra[2])["error"]["message"]
