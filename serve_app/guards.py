@@ -159,13 +159,15 @@ class AdmissionState:
 
     Attributes:
         in_flight: requests admitted and not finished (event subscriptions apart).
+        subscribers: event subscriptions admitted and not ended.
         per_client: admitted requests with a body per client key.
         saturated_until: ``time.monotonic()`` until which new clip requests are refused
             for load (0: not saturated).
-        refused: requests refused so far, by reason (``busy``, ``client_limit``, ``saturated``).
+        refused: requests refused so far, by reason (``busy``, ``client_limit``, ``saturated``, ``subscribers``).
     """
 
     in_flight: int = 0
+    subscribers: int = 0
     per_client: dict[str, int] = dataclasses.field(default_factory=dict)
     saturated_until: float = 0.0
     refused: dict[str, int] = dataclasses.field(default_factory=dict)
@@ -178,17 +180,24 @@ BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 class AdmissionGuard:
     """ASGI middleware: admits requests by count, before their body is read.
 
-    Every request is admitted here except those ``exempt`` says are not (the health checks,
-    answered from the slots Serve keeps for them, and the event subscriptions, which have their
-    own slots): up to ``max_in_flight`` at once per ingress replica (503 past it), those with a
-    body up to ``max_per_client`` per client (429), and the clip routes (``pipeline_paths``) not
-    while the pipeline behind is known to be full. So no route, with or without a body, can hold
-    the slots kept for the health checks.
+    Every request is admitted here but those ``exempt`` says pass (the health checks, answered
+    from the slots Serve keeps for them): event subscriptions (``subscriber`` paths) up to
+    ``max_subscribers`` at once, every other request up to ``max_in_flight`` at once per ingress
+    replica (503 past either), those with a body also up to ``max_per_client`` per client (429),
+    and the clip routes (``pipeline_paths``) not while the pipeline behind is known to be full.
+    So no route, with or without a body, can hold the slots kept for the health checks.
+
+    A request's place is taken before anything is awaited and given back when its response has
+    ended, however it ends (an event stream: when its client leaves): concurrent requests can
+    never overshoot a cap (was: 40 of 40 simultaneous subscriptions got in past a cap of 16,
+    counted after the first call to the stream worker).
 
     Args:
         app: the wrapped ASGI app.
         exempt: ``exempt(path)`` → True for paths (below the route prefix) that pass untouched.
         pipeline_paths: the clip routes, refused before their body while the pipeline is full.
+        subscriber: ``subscriber(path)`` → True for event subscriptions (counted apart).
+        max_subscribers: event subscriptions this replica holds at once; more get 503 + ``Retry-After``.
         max_in_flight: requests this replica admits at once; more get 503 + ``Retry-After``.
         max_per_client: requests with a body one client holds at once (None: no limit); more get
             429 + ``Retry-After``.
@@ -209,11 +218,15 @@ class AdmissionGuard:
         client_key: Callable[[Scope, Mapping[str, str]], str],
         retry_after_s: int,
         reject: Reject,
+        subscriber: Callable[[str], bool] = lambda path: False,
+        max_subscribers: int = 0,
         clock: Callable[[], float] = time.monotonic,
     ):
         self.app = app
         self.exempt = exempt
         self.pipeline_paths = frozenset(pipeline_paths)
+        self.subscriber = subscriber
+        self.max_subscribers = max_subscribers
         self.max_in_flight = max_in_flight
         self.max_per_client = max_per_client
         self.client_key = client_key
@@ -225,6 +238,12 @@ class AdmissionGuard:
     def _refuse(self, reason: str) -> ServeAppError:
         self.state.refused[reason] = self.state.refused.get(reason, 0) + 1
         retry = max(1, self.retry_after_s)
+        if reason == "subscribers":
+            return OverloadedError(
+                f"{self.state.subscribers} event subscribers are connected; the limit is {self.max_subscribers} "
+                f"(streams.max_subscribers); retry after {retry} s",
+                retry_after_s=retry,
+            )
         if reason == "client_limit":
             return TooManyRequestsError(
                 f"this client already has {self.max_per_client} requests in progress (the per-client limit, "
@@ -247,6 +266,16 @@ class AdmissionGuard:
             await self.app(scope, receive, send)
             return
         st = self.state
+        if self.subscriber(path):
+            if st.subscribers >= self.max_subscribers:
+                await self.reject(scope, receive, send, self._refuse("subscribers"))
+                return
+            st.subscribers += 1  # taken before any await: simultaneous subscriptions cannot overshoot
+            try:
+                await self.app(scope, receive, send)
+            finally:
+                st.subscribers -= 1
+            return
         per_client = scope.get("method", "GET") in BODY_METHODS
         pipeline = path in self.pipeline_paths
         key = self.client_key(scope, header_map(scope)) if per_client else ""

@@ -55,8 +55,10 @@ def guard_middleware(config: AppConfig, api_key: ApiKey, auth: Middleware, rejec
         auth,
         Middleware(
             AdmissionGuard,
-            exempt=lambda path: health_path(path) or subscriber_path(path),
+            exempt=health_path,
             pipeline_paths={query.ROUTE, chat.ROUTE},
+            subscriber=subscriber_path,
+            max_subscribers=config.streams.max_subscribers,
             max_in_flight=config.ingress.max_ongoing_requests,
             max_per_client=sec.max_requests_per_client,
             client_key=lambda scope, headers: client_key(scope, headers, sec.client_identity, api_key.enabled),

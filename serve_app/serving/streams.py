@@ -5,7 +5,8 @@
 * ``GET /v1/streams/{id}/thumbnail`` (JPEG of the latest answered window), ``GET /v1/streams/{id}/answers``
 * ``GET /v1/streams/{id}/events``, ``GET /v1/events``: server-sent events
   (``id:``/``event:``/``data:``), replay after ``Last-Event-ID`` (or ``?after=``) from the worker's
-  bounded history; at most ``streams.max_subscribers`` at once per ingress replica (beyond: 503).
+  bounded history; at most ``streams.max_subscribers`` at once per ingress replica (beyond: 503, from the
+  admission guard, :mod:`serve_app.serving.guards`).
 * ``GET /`` and ``GET /dashboard``: the static dashboard page (no data in it: it asks for the key).
 
 Validation happens here, before the worker sees a stream: the body's shape
@@ -31,7 +32,6 @@ from serve_app.config import AppConfig
 from serve_app.errors import (
     ErrorInfo,
     InvalidRequestError,
-    OverloadedError,
     ServeAppError,
 )
 from serve_app.serving.context import (
@@ -117,7 +117,6 @@ class StreamsServing:
         self.runner = runner
         self.config = runner.config
         self.worker = worker
-        self.subscribers = 0
 
     async def create(self, request: Request) -> Response:
         async def handle(req: Request, ctx: RequestContext) -> Response:
@@ -175,49 +174,40 @@ class StreamsServing:
                 raise InvalidRequestError(
                     "Last-Event-ID must be an event id (an integer)", param="Last-Event-ID"
                 ) from None
-            cap = self.config.streams.max_subscribers
-            if self.subscribers >= cap:
-                raise OverloadedError(
-                    f"{self.subscribers} event subscribers are connected; the limit is {cap} (streams.max_subscribers)",
-                    retry_after_s=5,
-                )
+            # The subscriber cap is the admission guard's (streams.max_subscribers, taken before any await).
             # The first poll answers at once: a 404 for an unknown stream is a status, not an event.
             first: EventBatch = _value(await self.worker.events.remote(after, stream_id, 0.0))
-            self.subscribers += 1
             return StreamingResponse(self._events(first, stream_id), media_type="text/event-stream",
                                      headers={"cache-control": "no-store", "x-accel-buffering": "no"})
 
         return await self.runner.run(request, route, handle)
 
     async def _events(self, batch: EventBatch, stream_id: str | None) -> AsyncIterator[bytes]:
-        try:
-            last = batch.last_id
-            yield b": stream of events; reconnect with Last-Event-ID to resume\n\n"
-            while True:
-                if batch.missed:
-                    yield b": some events fell out of the server's history\n\n"
-                for e in batch.events:
-                    yield sse_frame(e)
-                    last = e.id
-                if not batch.events:
-                    yield b": keep-alive\n\n"
-                    last = max(last, batch.last_id)
-                try:
-                    result = await self.worker.events.remote(last, stream_id, POLL_S)
-                except Exception as e:  # noqa: BLE001 - the worker replica died or is being replaced
-                    logger.info("event stream ended: stream worker unavailable (%s)", type(e).__name__)
-                    yield (
-                        b'event: error\ndata: {"error": {"type": "overloaded", "message": '
-                        b'"the stream worker is restarting; reconnect with Last-Event-ID", "param": null}}\n\n'
-                    )
-                    return
-                if isinstance(result, ErrorInfo):  # the stream was deleted
-                    gone = {"error": {"type": result.type, "message": "stream gone", "param": None}}
-                    yield f"event: error\ndata: {json.dumps(gone)}\n\n".encode()
-                    return
-                batch = result
-        finally:
-            self.subscribers -= 1
+        last = batch.last_id
+        yield b": stream of events; reconnect with Last-Event-ID to resume\n\n"
+        while True:
+            if batch.missed:
+                yield b": some events fell out of the server's history\n\n"
+            for e in batch.events:
+                yield sse_frame(e)
+                last = e.id
+            if not batch.events:
+                yield b": keep-alive\n\n"
+                last = max(last, batch.last_id)
+            try:
+                result = await self.worker.events.remote(last, stream_id, POLL_S)
+            except Exception as e:  # noqa: BLE001 - the worker replica died or is being replaced
+                logger.info("event stream ended: stream worker unavailable (%s)", type(e).__name__)
+                yield (
+                    b'event: error\ndata: {"error": {"type": "overloaded", "message": '
+                    b'"the stream worker is restarting; reconnect with Last-Event-ID", "param": null}}\n\n'
+                )
+                return
+            if isinstance(result, ErrorInfo):  # the stream was deleted
+                gone = {"error": {"type": result.type, "message": "stream gone", "param": None}}
+                yield f"event: error\ndata: {json.dumps(gone)}\n\n".encode()
+                return
+            batch = result
 
 
 async def dashboard(request: Request) -> Response:

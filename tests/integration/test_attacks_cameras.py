@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 
 import httpx
 import pytest
@@ -120,6 +121,24 @@ def subscriber(app: str) -> RawRequest:
     return RawRequest(app, "/v1/events", {}, method="GET")
 
 
+def subscribers(app: str, n: int) -> list[RawRequest]:
+    """``n`` admitted event subscribers. A subscription a previous test closed keeps its place until
+    Serve's proxy has seen its client go; a 503 for the cap is retried meanwhile (bounded)."""
+    out: list[RawRequest] = []
+    for _ in range(n):
+        for _attempt in range(60):
+            r = subscriber(app)
+            status = r.head(30)[0]
+            if status == 200:
+                out.append(r)
+                break
+            r.close()
+            time.sleep(0.5)
+        else:
+            raise AssertionError("no subscriber place came free")
+    return out
+
+
 def health_answers(app: str) -> list[tuple[str, int, str]]:
     """/healthz and /readyz, each given 10 s (a health check queued behind the attack does not answer)."""
     out = []
@@ -179,13 +198,35 @@ def test_slow_stream_registrations_cannot_starve_the_health_checks(app):
     assert int(refused[1]["retry-after"]) >= 1
 
 
+# --- item 4: the subscriber cap under concurrency (first of the subscriber tests: no place taken yet) ---
+
+
+def test_simultaneous_subscriptions_stop_at_the_cap(app):
+    """40 of 40 simultaneous GET /v1/events got in with a cap of 16 (check, await, then count).
+    Runs before the other subscriber tests: the places their closed subscriptions held come free only
+    once Serve's proxy has seen those clients go."""
+    import concurrent.futures
+
+    attempts = 40
+
+    def subscribe(_):
+        r = subscriber(app)
+        return r, r.head(60)[0]
+
+    with concurrent.futures.ThreadPoolExecutor(attempts) as pool:
+        results = list(pool.map(subscribe, range(attempts)))
+    for r, _ in results:
+        r.close()
+    statuses = sorted(s for _, s in results)
+    assert statuses == [200] * SUBSCRIBERS + [503] * (attempts - SUBSCRIBERS), statuses
+
+
 def test_subscribers_and_slow_uploads_together_leave_the_health_checks_their_slots(app):
     """The subscriber cap equalled the reserved slots: 16 subscribers and 64 slow uploads held all 80
     Serve slots. Subscribers now have slots of their own, on top of the admitted and the reserved ones."""
-    subs = [subscriber(app) for _ in range(SUBSCRIBERS)]
+    subs = subscribers(app, SUBSCRIBERS)
     uploads: list[RawRequest] = []
     try:
-        heads = [s.head(30) for s in subs]
         uploads = [slow_upload(app, i) for i in range(SLOTS)]
         health = health_answers(app)
         one_more = subscriber(app)
@@ -194,6 +235,6 @@ def test_subscribers_and_slow_uploads_together_leave_the_health_checks_their_slo
     finally:
         for r in subs + uploads:
             r.close()
-    assert [h[0] for h in heads] == [200] * SUBSCRIBERS
     assert health == [("/healthz", 200, "ok"), ("/readyz", 200, "ready")]
     assert extra[0] == 503 and "streams.max_subscribers" in json.loads(extra[2])["error"]["message"]
+

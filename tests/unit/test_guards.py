@@ -459,3 +459,57 @@ def test_serve_slots_keep_the_reserved_ones_free_of_subscribers():
     off = AppConfig.model_validate({"ingress": {"max_ongoing_requests": 64}, "streams": {"max_streams": 0}})
     assert ingress_slots(off) == 64 + off.security.reserved_slots
 
+
+# --- issue 25, item 4: the subscriber cap under concurrency -----------------------------------------------
+
+
+@pytest.mark.parametrize("attempts", [40, 90])
+def test_simultaneous_subscriptions_never_overshoot_the_cap(attempts):
+    """40 of 40 and 46 of 90 simultaneous GET /v1/events got in with a cap of 16: the route checked the
+    count, awaited the stream worker's first poll, then counted. The guard now takes the place first."""
+
+    async def run():
+        release = asyncio.Event()
+        admitted = []
+
+        async def events_app(sc, receive, send):
+            await asyncio.sleep(0.01)  # the first poll of the stream worker
+            admitted.append(1)
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await release.wait()  # the event stream, until its client leaves
+            await send({"type": "http.response.body", "body": b""})
+
+        guarded = configured_guards(events_app, streams={"max_subscribers": 16})
+        tasks = [asyncio.create_task(call(guarded, scope("/v1/events"), chunks([]))) for _ in range(attempts)]
+        refused = []
+        while len(admitted) + len(refused) < attempts:
+            await asyncio.sleep(0.01)
+            refused = [t for t in tasks if t.done()]
+        statuses_refused = [t.result()[0] for t in refused]
+        release.set()
+        await asyncio.gather(*tasks)
+        return len(admitted), statuses_refused, guarded
+
+    admitted, refused, _ = asyncio.run(run())
+    assert admitted == 16 and refused == [503] * (attempts - 16)
+
+
+def test_a_subscription_that_fails_gives_its_place_back():
+    async def run():
+        async def failing(sc, receive, send):
+            raise RuntimeError("the stream worker is gone")
+
+        async def ok(sc, receive, send):
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b""})
+
+        guard = AdmissionGuard(failing, lambda p: False, (), max_in_flight=10, max_per_client=None,
+                               client_key=client_key, retry_after_s=1, reject=reject,
+                               subscriber=lambda p: p == "/v1/events", max_subscribers=1)
+        with pytest.raises(RuntimeError):
+            await call(guard, scope("/v1/events"), chunks([]))
+        guard.app = ok
+        return await call(guard, scope("/v1/events"), chunks([])), guard.state
+
+    answer, state = asyncio.run(run())
+    assert answer[0] == 200 and state.subscribers == 0
