@@ -8,11 +8,12 @@ reads the same file to learn the server's limits. Every model is
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, IPvAnyNetwork, model_validator
+from pydantic import BaseModel, ConfigDict, Field, IPvAnyNetwork, ValidationInfo, field_validator, model_validator
 
 from serve_app.model_facts import (
     COSMOS_FPS,
@@ -457,6 +458,44 @@ class DeploymentOptions(_Model):
         return opts
 
 
+#: Each deployment block's defaults (``DeploymentOptions``' own defaults fill the rest). A block given in a
+#: config file is laid over these, key by key: ``stream_worker: {num_cpus: 0.2}`` keeps
+#: ``max_ongoing_requests: 256`` (was: a partial block fell back to DeploymentOptions' 8, so eight idle
+#: event subscribers, each holding a 15-s long poll, stalled the streams API). A block that sets
+#: ``num_replicas`` drops a default ``autoscaling_config``, and the other way round.
+DEPLOYMENT_DEFAULTS: dict[str, dict[str, Any]] = {
+    "ingress": {"num_cpus": 0.1, "max_ongoing_requests": 256},
+    "decoder": {
+        "num_cpus": 1.0,
+        "max_ongoing_requests": 2,
+        "max_queued_requests": 64,
+        "autoscaling_config": {"min_replicas": 1, "max_replicas": 4, "target_ongoing_requests": 1},
+    },
+    "model_replica": {"num_cpus": 1.0, "max_ongoing_requests": 64, "max_queued_requests": 128},
+    "stream_worker": {"num_cpus": 0.5, "num_replicas": 1, "max_ongoing_requests": 256},
+}
+#: Stream-worker slots kept for the streams API (list, status, register, delete, thumbnails) on top of one
+#: long poll per event subscriber of every ingress replica.
+STREAM_API_SLOTS = 16
+
+
+def deployment_defaults(name: str, block: Any) -> Any:
+    """``block`` (a deployment's options as given) laid over the defaults of deployment ``name``
+    (:data:`DEPLOYMENT_DEFAULTS`), as validated :class:`DeploymentOptions` whose set fields are still
+    the ones the block gave (what ``exclude_unset`` dumps, e.g. the KubeRay render); anything but a
+    dict is returned as it is (validation reports it)."""
+    if not isinstance(block, dict):
+        return block
+    base = copy.deepcopy(DEPLOYMENT_DEFAULTS[name])
+    if "num_replicas" in block:
+        base.pop("autoscaling_config", None)
+    if "autoscaling_config" in block:
+        base.pop("num_replicas", None)
+    options = DeploymentOptions.model_validate({**base, **block})
+    object.__setattr__(options, "__pydantic_fields_set__", set(block) & set(DeploymentOptions.model_fields))
+    return options
+
+
 class StreamsConfig(_Model):
     """Live camera streams (``/v1/streams``): limits, persistence, reconnects (see :mod:`serve_app.streams`)."""
 
@@ -519,28 +558,48 @@ class AppConfig(_Model):
         "Every route but /healthz then needs 'Authorization: Bearer <key>'.",
     )
     ingress: DeploymentOptions = Field(
-        default_factory=lambda: DeploymentOptions(num_cpus=0.1, max_ongoing_requests=256),
-        description="HTTP ingress deployment options.",
+        default_factory=lambda: DeploymentOptions(**DEPLOYMENT_DEFAULTS["ingress"]),
+        description="HTTP ingress deployment options (a partial block keeps the other defaults).",
     )
     decoder: DeploymentOptions = Field(
-        default_factory=lambda: DeploymentOptions(
-            num_cpus=1.0,
-            max_ongoing_requests=2,
-            max_queued_requests=64,
-            autoscaling_config={"min_replicas": 1, "max_replicas": 4, "target_ongoing_requests": 1},
-        ),
-        description="Video decode deployment options (CPU; autoscaled).",
+        default_factory=lambda: DeploymentOptions(**DEPLOYMENT_DEFAULTS["decoder"]),
+        description="Video decode deployment options (CPU; autoscaled; a partial block keeps the other defaults).",
     )
     model_replica: DeploymentOptions = Field(
-        default_factory=lambda: DeploymentOptions(num_cpus=1.0, max_ongoing_requests=64, max_queued_requests=128),
-        description="Model deployment options (one GPU per replica in the GPU configs).",
+        default_factory=lambda: DeploymentOptions(**DEPLOYMENT_DEFAULTS["model_replica"]),
+        description="Model deployment options (one GPU per replica in the GPU configs; a partial block keeps the "
+        "other defaults).",
     )
     streams: StreamsConfig = Field(default_factory=StreamsConfig, description="Live camera streams.")
     stream_worker: DeploymentOptions = Field(
-        default_factory=lambda: DeploymentOptions(num_cpus=0.5, num_replicas=1, max_ongoing_requests=256),
+        default_factory=lambda: DeploymentOptions(**DEPLOYMENT_DEFAULTS["stream_worker"]),
         description="Stream-worker deployment options (one replica reads every registered camera; it never "
-        "takes the decode replicas that serve one-off clips).",
+        "takes the decode replicas that serve one-off clips; a partial block keeps the other defaults). Its "
+        "max_ongoing_requests must hold one long poll per event subscriber of every ingress replica plus "
+        f"{STREAM_API_SLOTS} for the streams API.",
     )
+
+    @field_validator(*DEPLOYMENT_DEFAULTS, mode="before")
+    @classmethod
+    def _partial_deployment_block(cls, block: Any, info: ValidationInfo) -> Any:
+        assert info.field_name is not None
+        return deployment_defaults(info.field_name, block)
+
+    @model_validator(mode="after")
+    def _stream_worker_holds_every_subscriber(self) -> AppConfig:
+        if self.streams.max_streams == 0:
+            return self
+        ingress = self.ingress
+        replicas = ingress.num_replicas or int((ingress.autoscaling_config or {}).get("max_replicas", 1))
+        need = self.streams.max_subscribers * replicas + STREAM_API_SLOTS
+        have = self.stream_worker.max_ongoing_requests
+        if have < need:
+            raise ValueError(
+                f"stream_worker.max_ongoing_requests {have} is under {need}: each event subscriber holds a long poll "
+                f"on the stream worker (streams.max_subscribers {self.streams.max_subscribers} × {replicas} ingress "
+                f"replica(s)), plus {STREAM_API_SLOTS} for the streams API; raise it or lower streams.max_subscribers"
+            )
+        return self
 
     @model_validator(mode="after")
     def _stream_window_under_clip_limit(self) -> AppConfig:

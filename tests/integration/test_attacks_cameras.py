@@ -37,7 +37,7 @@ def app_args() -> dict:
         sources={"allowed_networks": ["127.0.0.1/32"], "rtsp_open_timeout_s": 2, "rtsp_read_timeout_s": 2},
         security={"body_timeout_s": BODY_TIMEOUT_S, "body_min_rate_bytes_s": 1000, "reserved_slots": RESERVED},
         streams={"reconnect_initial_s": 5, "reconnect_max_s": 10, "max_subscribers": SUBSCRIBERS},
-        stream_worker={"num_cpus": 0, "num_replicas": 1, "max_ongoing_requests": 64},
+        stream_worker={"num_cpus": 0, "num_replicas": 1},  # a partial block, as configs/cpu.yaml's
     )
 
 
@@ -238,3 +238,19 @@ def test_subscribers_and_slow_uploads_together_leave_the_health_checks_their_slo
     assert health == [("/healthz", 200, "ok"), ("/readyz", 200, "ready")]
     assert extra[0] == 503 and "streams.max_subscribers" in json.loads(extra[2])["error"]["message"]
 
+
+# --- item 5: config defaults that survive partial blocks ---------------------------------------------
+
+
+def test_idle_subscribers_do_not_stall_the_streams_api(app, cleanup):
+    """configs/cpu.yaml's partial stream_worker block left the worker 8 slots (not 256); each subscriber
+    holds a 15-s long poll on it, so 8 idle subscribers stalled every streams call for up to 15 s."""
+    subs = subscribers(app, SUBSCRIBERS)
+    try:
+        listed = httpx.get(f"{app}/v1/streams", timeout=10)
+        created = register(app, window_s=1, fps=1)
+        deleted = httpx.delete(f"{app}/v1/streams/{created.json()['id']}", timeout=10)
+    finally:
+        for s in subs:
+            s.close()
+    assert (listed.status_code, created.status_code, deleted.status_code) == (200, 201, 200)
