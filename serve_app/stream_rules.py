@@ -3,10 +3,12 @@
 A stream holds frames for as long as it runs, so the stream worker's memory is budgeted:
 
 * :func:`check_stream_limits`: the limits a stream definition must pass (window length, sampling
-  rate, frames per window, questions, tokens). The ingress checks them at registration
-  (:func:`serve_app.serving.streams.validate_stream`, with the source checks), and the stream
-  worker again for every stream it resumes from the database: a stored stream that no longer
-  passes (the config changed since) is shown as ``failed`` with the reason, never started.
+  rate, frames per window, questions, tokens), and the clip routes' check of user text (no
+  chat-template control tokens in a question, :func:`serve_app.prompt.check_user_text`). The
+  ingress checks them at registration (:func:`serve_app.serving.streams.validate_stream`, with the
+  source checks), and the stream worker again for every stream it resumes from the database: a
+  stored stream that no longer passes (the config changed since, or it was written before a check
+  existed) is shown as ``failed`` with the reason, never started.
 * :func:`stream_frame_bytes`: the most bytes of frames one stream can hold at once in the
   worker. Each stream reserves it against ``streams.max_frame_memory_bytes`` when it is
   registered or resumed (:class:`serve_app.stream_registry.StreamRegistry`); a stream that does
@@ -26,6 +28,7 @@ import math
 from serve_app.config import AppConfig, PixelBudget
 from serve_app.errors import InvalidRequestError, PayloadTooLargeError
 from serve_app.frame_sampling import even_frame_count, frame_pixel_cap
+from serve_app.prompt import check_user_text
 from serve_app.stream_protocol import StreamCreate
 
 #: Bytes per pixel of a held frame: planar YUV 4:2:0 at the model's size (a full-size luma plane,
@@ -81,7 +84,8 @@ def check_stream_limits(spec: StreamCreate, config: AppConfig) -> None:
 
     Raises:
         InvalidRequestError (400): a value over a ``streams.*`` / ``limits.*`` limit (the message names
-            the value, the limit and its setting).
+            the value, the limit and its setting), or a question holding a chat-template control token
+            (``<|im_end|>``, ``<|video_pad|>`` …: it would end the user's turn or add a video).
         PayloadTooLargeError (413): a question over ``limits.max_question_chars``.
     """
     s, lim = config.streams, config.limits
@@ -114,6 +118,8 @@ def check_stream_limits(spec: StreamCreate, config: AppConfig) -> None:
             f"a question is longer than {lim.max_question_chars} characters (limits.max_question_chars)",
             param="questions",
         )
+    for i, question in enumerate(spec.questions):  # the clip routes' check: every question reaches the model
+        check_user_text(question, f"questions.{i}")
     if spec.max_tokens is not None and spec.max_tokens > lim.max_tokens:
         raise InvalidRequestError(
             f"max_tokens is {spec.max_tokens}; the limit is {lim.max_tokens} (limits.max_tokens)", param="max_tokens"
