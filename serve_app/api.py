@@ -59,6 +59,26 @@ async def read_body(request: Request, max_bytes: int) -> bytearray:
     return body
 
 
+def require_json(request: Request) -> None:
+    """Refuses a body that is not declared ``application/json`` (before reading it).
+
+    Every JSON route that changes state requires it: a web page can send ``text/plain``,
+    ``multipart/form-data`` or a form to another site without asking first (no CORS preflight),
+    but not ``application/json``.
+
+    Raises:
+        UnsupportedMediaError (415): another or no ``Content-Type``.
+    """
+    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if ctype != "application/json":
+        shown = repr(ctype[:64]) if ctype and ctype.isprintable() else "missing"
+        raise UnsupportedMediaError(
+            f"the request's content type is {shown}: this route takes a JSON body; send Content-Type: "
+            "application/json",
+            param="Content-Type",
+        )
+
+
 #: Longest JSON integer accepted, in digits (a signed 64-bit integer has at most 19; Python
 #: refuses to convert more than 4,300 with a ValueError, which must not become a 500).
 MAX_INT_DIGITS = 40

@@ -203,6 +203,13 @@ class SecurityConfig(_Model):
     readiness_cache_s: float = Field(
         1.0, ge=0, description="Seconds a /readyz answer (one controller round trip) is reused."
     )
+    allowed_origins: list[str] = Field(
+        default_factory=list,
+        description="Web origins (scheme://host[:port], e.g. https://cams.example.com: a fronting proxy's public "
+        "name) whose pages may send state-changing requests (POST, PUT, PATCH, DELETE) besides the server's own "
+        "origin; any other cross-site request (Origin or Sec-Fetch-Site says so) is refused with 403. Requests "
+        "without Origin and Sec-Fetch-Site (curl, SDKs) are not affected.",
+    )
     refused_headers: list[str] = Field(
         default_factory=lambda: list(RAY_SERVE_CONTROL_HEADERS),
         description="Request headers refused with 400 on every route: Ray Serve's per-request control "

@@ -1,6 +1,7 @@
 """The ingress's request guards (:mod:`serve_app.guards`) configured for the routes, in order.
 
-Outermost first: Ray Serve's control headers refused (every route), the API key,
+Outermost first: Ray Serve's control headers refused (every route), state-changing
+requests from other sites' web pages refused (every route), the API key,
 admission of every route but the health checks and the event subscriptions before
 their body (per replica; with a body, per client; the clip routes also while the
 pipeline is full), then the body's deadline, size and large-body count (every route).
@@ -17,7 +18,7 @@ from starlette.middleware import Middleware
 from serve_app.api import FORM_OVERHEAD_BYTES
 from serve_app.auth import ApiKey
 from serve_app.config import AppConfig
-from serve_app.guards import AdmissionGuard, BodyGuard, ControlHeaderGuard, Reject, client_key
+from serve_app.guards import AdmissionGuard, BodyGuard, ControlHeaderGuard, CrossSiteGuard, Reject, client_key
 from serve_app.serving import chat, health, models, query, streams
 
 
@@ -52,6 +53,7 @@ def guard_middleware(config: AppConfig, api_key: ApiKey, auth: Middleware, rejec
     upload = lim.max_upload_bytes
     return [
         Middleware(ControlHeaderGuard, headers=sec.refused_headers, reject=reject),
+        Middleware(CrossSiteGuard, allowed_origins=sec.allowed_origins, reject=reject),
         auth,
         Middleware(
             AdmissionGuard,

@@ -27,7 +27,7 @@ from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 
-from serve_app.api import parse_json_object, read_body, validation_error
+from serve_app.api import parse_json_object, read_body, require_json, validation_error
 from serve_app.config import AppConfig
 from serve_app.errors import (
     ErrorInfo,
@@ -120,6 +120,7 @@ class StreamsServing:
 
     async def create(self, request: Request) -> Response:
         async def handle(req: Request, ctx: RequestContext) -> Response:
+            require_json(req)  # security: a web page cannot send application/json cross-site without a preflight
             body = parse_json_object(await read_body(req, MAX_BODY_BYTES))
             spec = await asyncio.to_thread(validate_stream, body, self.config)  # DNS lookups off the loop
             status = _value(await self.worker.create.remote(spec))

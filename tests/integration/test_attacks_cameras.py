@@ -269,3 +269,35 @@ def test_a_stream_question_with_a_chat_template_token_is_400(app, cleanup, quest
     assert r.status_code == 400, r.text
     err = r.json()["error"]
     assert err["param"] == "questions.1" and "control token" in err["message"]
+
+
+# --- item 8: cross-site request forgery ------------------------------------------------------------
+
+CAMERA = {"url": DEAD_CAMERA, "questions": ["q"], "window_s": 1, "fps": 1}
+
+
+def test_a_stream_registration_must_be_json(app, cleanup):
+    """POST /v1/streams took text/plain, which any web page can send to any site without a preflight."""
+    for ctype in ("text/plain", "application/x-www-form-urlencoded", None):
+        headers = {"Content-Type": ctype} if ctype else {}
+        r = httpx.post(f"{app}/v1/streams", content=json.dumps(CAMERA).encode(), headers=headers, timeout=60)
+        assert r.status_code == 415, r.text
+        assert r.json()["error"]["param"] == "Content-Type" and "application/json" in r.json()["error"]["message"]
+    assert httpx.get(f"{app}/v1/streams", timeout=30).json()["data"] == []
+
+
+def test_state_changing_requests_from_another_site_s_page_are_refused(app, cleanup):
+    """Any page could register cameras and webhooks on a keyless local server, and a multipart clip
+    upload needs no preflight either: a browser's Origin / Sec-Fetch-Site now say where it came from."""
+    host, port = hostport(app)
+    evil = {"Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site"}
+    forged = httpx.post(f"{app}/v1/streams", json=CAMERA, headers=evil, timeout=60)
+    upload = httpx.post(f"{app}/v1/video/query", headers=evil, timeout=60,
+                        files={"video": ("a.mp4", b"\0" * 100, "video/mp4")}, data={"question": "q"})
+    own = httpx.post(f"{app}/v1/streams", json=CAMERA, timeout=60,
+                     headers={"Origin": f"http://{host}:{port}", "Sec-Fetch-Site": "same-origin"})
+    sdk = httpx.post(f"{app}/v1/streams", json=CAMERA, timeout=60)  # no browser headers: curl, SDKs
+    delete = httpx.delete(f"{app}/v1/streams/{own.json()['id']}", headers={"Origin": "null"}, timeout=60)
+    assert [r.status_code for r in (forged, upload, own, sdk, delete)] == [403, 403, 201, 201, 403]
+    assert forged.json()["error"]["type"] == "cross_site_request"
+    assert len(httpx.get(f"{app}/v1/streams", timeout=30).json()["data"]) == 2  # only own and sdk
