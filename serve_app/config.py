@@ -220,10 +220,15 @@ class SecurityConfig(_Model):
 class SamplingDefaults(_Model):
     """Generation defaults: NVIDIA's Cosmos-Reason1 inference recipe."""
 
-    temperature: float = Field(COSMOS_TEMPERATURE, ge=0, le=2, description="Sampling temperature (recipe: 0.6).")
+    temperature: float = Field(
+        COSMOS_TEMPERATURE, ge=0, le=2, description="Sampling temperature (recipe: 0.6; under 1e-5: greedy)."
+    )
     top_p: float = Field(COSMOS_TOP_P, gt=0, le=1, description="Nucleus sampling mass (recipe: 0.95).")
     repetition_penalty: float = Field(
-        COSMOS_REPETITION_PENALTY, gt=0, le=2, description="Repetition penalty (recipe: 1.05)."
+        COSMOS_REPETITION_PENALTY,
+        ge=0.01,
+        le=2,
+        description="Repetition penalty (recipe: 1.05; at least 0.01: a smaller one overflows the logits).",
     )
     max_tokens: int = Field(COSMOS_MAX_TOKENS, gt=0, description="Default output budget in tokens (recipe: 4096).")
 

@@ -301,3 +301,21 @@ def test_state_changing_requests_from_another_site_s_page_are_refused(app, clean
     assert [r.status_code for r in (forged, upload, own, sdk, delete)] == [403, 403, 201, 201, 403]
     assert forged.json()["error"]["type"] == "cross_site_request"
     assert len(httpx.get(f"{app}/v1/streams", timeout=30).json()["data"]) == 2  # only own and sdk
+
+
+# --- item 9: sampling values that overflowed the logits ----------------------------------------------
+
+CLIP = "dashcam_0p4s.mp4"
+
+
+def test_a_tiny_temperature_is_greedy_and_a_tiny_repetition_penalty_is_400(app):
+    """temperature or repetition_penalty 1e-300 was a 500 (probability tensor inf/nan), on both routes."""
+    query = {"question": "What happens?", "video_path": CLIP, "max_tokens": 2}
+    greedy = httpx.post(f"{app}/v1/video/query", json={**query, "temperature": 1e-300}, timeout=120)
+    penalty = httpx.post(f"{app}/v1/video/query", json={**query, "repetition_penalty": 1e-300}, timeout=120)
+    chat = httpx.post(f"{app}/v1/chat/completions", timeout=120, json={
+        "model": "tiny-random-qwen2_5_vl", "max_tokens": 2, "temperature": 1e-300, "messages": [{"role": "user",
+        "content": [{"type": "video_url", "video_url": {"url": CLIP}}, {"type": "text", "text": "What happens?"}]}],
+    })  # fmt: skip
+    assert (greedy.status_code, penalty.status_code, chat.status_code) == (200, 400, 200), (greedy.text, chat.text)
+    assert penalty.json()["error"]["param"] == "repetition_penalty"
