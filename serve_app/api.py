@@ -25,7 +25,16 @@ from serve_app.config import AppConfig
 from serve_app.guards import has_control_chars
 from serve_app.prompt import check_user_text
 from serve_app.errors import ClientClosedRequestError, InvalidRequestError, PayloadTooLargeError, UnsupportedMediaError
-from serve_app.protocol import ClipInfo, ClipSource, Done, FrameSampling, SamplingOptions, VideoInfo
+from serve_app.protocol import (
+    GREEDY_TEMPERATURE_EPS,
+    MIN_REPETITION_PENALTY,
+    ClipInfo,
+    ClipSource,
+    Done,
+    FrameSampling,
+    SamplingOptions,
+    VideoInfo,
+)
 from serve_app.reasoning import split_reasoning
 
 #: Multipart overhead allowed on top of the upload limit (boundaries, other fields), in bytes.
@@ -57,6 +66,26 @@ async def read_body(request: Request, max_bytes: int) -> bytearray:
     except ClientDisconnect:
         raise ClientClosedRequestError("the client disconnected while sending the request body") from None
     return body
+
+
+def require_json(request: Request) -> None:
+    """Refuses a body that is not declared ``application/json`` (before reading it).
+
+    Every JSON route that changes state requires it: a web page can send ``text/plain``,
+    ``multipart/form-data`` or a form to another site without asking first (no CORS preflight),
+    but not ``application/json``.
+
+    Raises:
+        UnsupportedMediaError (415): another or no ``Content-Type``.
+    """
+    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if ctype != "application/json":
+        shown = repr(ctype[:64]) if ctype and ctype.isprintable() else "missing"
+        raise UnsupportedMediaError(
+            f"the request's content type is {shown}: this route takes a JSON body; send Content-Type: "
+            "application/json",
+            param="Content-Type",
+        )
 
 
 #: Longest JSON integer accepted, in digits (a signed 64-bit integer has at most 19; Python
@@ -139,9 +168,13 @@ class ClipQueryFields(BaseModel):
     start_s: float | None = Field(None, ge=0, description="Window start in clip seconds.")
     end_s: float | None = Field(None, gt=0, description="Window end in clip seconds.")
     max_tokens: int | None = Field(None, ge=1, description="Output budget in tokens.")
-    temperature: float | None = Field(None, ge=0, le=2, description="Sampling temperature.")
+    temperature: float | None = Field(
+        None, ge=0, le=2, description=f"Sampling temperature (0 … 2; under {GREEDY_TEMPERATURE_EPS:g}: greedy)."
+    )
     top_p: float | None = Field(None, gt=0, le=1, description="Nucleus sampling mass.")
-    repetition_penalty: float | None = Field(None, gt=0, le=2, description="Repetition penalty.")
+    repetition_penalty: float | None = Field(
+        None, ge=MIN_REPETITION_PENALTY, le=2, description=f"Repetition penalty ({MIN_REPETITION_PENALTY} … 2)."
+    )
     seed: int | None = Field(None, ge=0, le=MAX_SEED, description="RNG seed (0 … 2**63 - 1).")
     ignore_eos: bool = Field(False, description="Benchmark-only; needs model.allow_ignore_eos.")
     stream: bool = Field(False, description="Stream the answer as server-sent events.")

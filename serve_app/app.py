@@ -21,6 +21,7 @@ from serve_app.deployments.ingress import Ingress
 from serve_app.deployments.model import VideoModel
 from serve_app.deployments.stream_worker import StreamWorker
 from serve_app.preflight import HardwareError, check_build
+from serve_app.serving.guards import ingress_slots
 
 logger = logging.getLogger(__name__)
 
@@ -99,8 +100,8 @@ def build_app(args: dict[str, Any] | None = None) -> Application:
     decoder = as_deployment(VideoDecoder).options(**config.decoder.ray_options()).bind(cfg)
     model = as_deployment(VideoModel).options(**config.model_replica.ray_options()).bind(cfg)
     ingress = config.ingress.ray_options()
-    # security: Serve's slots = clip-route slots (admitted by the ingress) + slots kept for health checks
-    ingress["max_ongoing_requests"] += config.security.reserved_slots
+    # security: Serve's slots = admitted requests + event subscribers + slots kept for health checks
+    ingress["max_ongoing_requests"] = ingress_slots(config)
     if config.streams.max_streams == 0:
         return as_deployment(Ingress).options(**ingress).bind(cfg, decoder, model)
     worker = as_deployment(StreamWorker).options(**config.stream_worker.ray_options()).bind(cfg, model)

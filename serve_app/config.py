@@ -8,11 +8,12 @@ reads the same file to learn the server's limits. Every model is
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, IPvAnyNetwork, model_validator
+from pydantic import BaseModel, ConfigDict, Field, IPvAnyNetwork, ValidationInfo, field_validator, model_validator
 
 from serve_app.model_facts import (
     COSMOS_FPS,
@@ -169,8 +170,9 @@ class SecurityConfig(_Model):
     max_requests_per_client: int | None = Field(
         None,
         ge=1,
-        description="Requests one client (see client_identity) may hold at once on the clip routes of one "
-        "ingress replica; past it 429 with Retry-After, before the body is read. None: no per-client limit.",
+        description="Requests with a body (POST, PUT, PATCH: every route) one client (see client_identity) may "
+        "hold at once on one ingress replica; past it 429 with Retry-After, before the body is read. None: no "
+        "per-client limit.",
     )
     client_identity: Literal["address", "api_key"] = Field(
         "address",
@@ -193,12 +195,20 @@ class SecurityConfig(_Model):
         16,
         ge=1,
         description="Ray Serve request slots of the ingress replica kept for /healthz, /readyz and "
-        "/v1/models: Serve's max_ongoing_requests is ingress.max_ongoing_requests plus these, and the "
-        "clip routes are admitted only up to ingress.max_ongoing_requests, so health checks never wait "
-        "behind uploads.",
+        "/v1/models: Serve's max_ongoing_requests is ingress.max_ongoing_requests plus "
+        "streams.max_subscribers plus these; every other route is admitted only up to "
+        "ingress.max_ongoing_requests (event subscriptions up to streams.max_subscribers), before its body, "
+        "so health checks never wait behind uploads, slow bodies or subscribers.",
     )
     readiness_cache_s: float = Field(
         1.0, ge=0, description="Seconds a /readyz answer (one controller round trip) is reused."
+    )
+    allowed_origins: list[str] = Field(
+        default_factory=list,
+        description="Web origins (scheme://host[:port], e.g. https://cams.example.com: a fronting proxy's public "
+        "name) whose pages may send state-changing requests (POST, PUT, PATCH, DELETE) besides the server's own "
+        "origin; any other cross-site request (Origin or Sec-Fetch-Site says so) is refused with 403. Requests "
+        "without Origin and Sec-Fetch-Site (curl, SDKs) are not affected.",
     )
     refused_headers: list[str] = Field(
         default_factory=lambda: list(RAY_SERVE_CONTROL_HEADERS),
@@ -210,10 +220,15 @@ class SecurityConfig(_Model):
 class SamplingDefaults(_Model):
     """Generation defaults: NVIDIA's Cosmos-Reason1 inference recipe."""
 
-    temperature: float = Field(COSMOS_TEMPERATURE, ge=0, le=2, description="Sampling temperature (recipe: 0.6).")
+    temperature: float = Field(
+        COSMOS_TEMPERATURE, ge=0, le=2, description="Sampling temperature (recipe: 0.6; under 1e-5: greedy)."
+    )
     top_p: float = Field(COSMOS_TOP_P, gt=0, le=1, description="Nucleus sampling mass (recipe: 0.95).")
     repetition_penalty: float = Field(
-        COSMOS_REPETITION_PENALTY, gt=0, le=2, description="Repetition penalty (recipe: 1.05)."
+        COSMOS_REPETITION_PENALTY,
+        ge=0.01,
+        le=2,
+        description="Repetition penalty (recipe: 1.05; at least 0.01: a smaller one overflows the logits).",
     )
     max_tokens: int = Field(COSMOS_MAX_TOKENS, gt=0, description="Default output budget in tokens (recipe: 4096).")
 
@@ -455,6 +470,44 @@ class DeploymentOptions(_Model):
         return opts
 
 
+#: Each deployment block's defaults (``DeploymentOptions``' own defaults fill the rest). A block given in a
+#: config file is laid over these, key by key: ``stream_worker: {num_cpus: 0.2}`` keeps
+#: ``max_ongoing_requests: 256`` (was: a partial block fell back to DeploymentOptions' 8, so eight idle
+#: event subscribers, each holding a 15-s long poll, stalled the streams API). A block that sets
+#: ``num_replicas`` drops a default ``autoscaling_config``, and the other way round.
+DEPLOYMENT_DEFAULTS: dict[str, dict[str, Any]] = {
+    "ingress": {"num_cpus": 0.1, "max_ongoing_requests": 256},
+    "decoder": {
+        "num_cpus": 1.0,
+        "max_ongoing_requests": 2,
+        "max_queued_requests": 64,
+        "autoscaling_config": {"min_replicas": 1, "max_replicas": 4, "target_ongoing_requests": 1},
+    },
+    "model_replica": {"num_cpus": 1.0, "max_ongoing_requests": 64, "max_queued_requests": 128},
+    "stream_worker": {"num_cpus": 0.5, "num_replicas": 1, "max_ongoing_requests": 256},
+}
+#: Stream-worker slots kept for the streams API (list, status, register, delete, thumbnails) on top of one
+#: long poll per event subscriber of every ingress replica.
+STREAM_API_SLOTS = 16
+
+
+def deployment_defaults(name: str, block: Any) -> Any:
+    """``block`` (a deployment's options as given) laid over the defaults of deployment ``name``
+    (:data:`DEPLOYMENT_DEFAULTS`), as validated :class:`DeploymentOptions` whose set fields are still
+    the ones the block gave (what ``exclude_unset`` dumps, e.g. the KubeRay render); anything but a
+    dict is returned as it is (validation reports it)."""
+    if not isinstance(block, dict):
+        return block
+    base = copy.deepcopy(DEPLOYMENT_DEFAULTS[name])
+    if "num_replicas" in block:
+        base.pop("autoscaling_config", None)
+    if "autoscaling_config" in block:
+        base.pop("num_replicas", None)
+    options = DeploymentOptions.model_validate({**base, **block})
+    object.__setattr__(options, "__pydantic_fields_set__", set(block) & set(DeploymentOptions.model_fields))
+    return options
+
+
 class StreamsConfig(_Model):
     """Live camera streams (``/v1/streams``): limits, persistence, reconnects (see :mod:`serve_app.streams`)."""
 
@@ -470,6 +523,20 @@ class StreamsConfig(_Model):
     )
     max_window_s: float = Field(60.0, gt=0, description="Longest `window_s` a stream may ask for, seconds.")
     max_fps: float = Field(8.0, gt=0, le=30, description="Highest `fps` a stream may ask for, frames/s.")
+    max_window_frames: int = Field(
+        128,
+        ge=1,
+        description="Most frames one stream window may hold (`window_s` × `fps`), frames; at most limits.max_frames "
+        "(the clip routes' limit): a stream holds its windows for as long as it runs.",
+    )
+    max_frame_memory_bytes: int = Field(
+        2 * 2**30,
+        gt=0,
+        description="Frame memory the stream worker may hold for all streams together, bytes. Each stream reserves "
+        "the most its windows can hold (serve_app/stream_rules.py: window frames at the model's size, the window "
+        "being filled and those waiting for the model in YUV 4:2:0, the one handed to the model in RGB) when it is "
+        "registered (past the budget: 503 naming it) or resumed (past it: the stream is failed with the reason).",
+    )
     max_questions: int = Field(8, ge=1, description="Most questions per stream.")
     pending_windows: int = Field(
         1, ge=1, description="Windows a stream may hold waiting for the model; when full the oldest is dropped."
@@ -503,28 +570,57 @@ class AppConfig(_Model):
         "Every route but /healthz then needs 'Authorization: Bearer <key>'.",
     )
     ingress: DeploymentOptions = Field(
-        default_factory=lambda: DeploymentOptions(num_cpus=0.1, max_ongoing_requests=256),
-        description="HTTP ingress deployment options.",
+        default_factory=lambda: DeploymentOptions(**DEPLOYMENT_DEFAULTS["ingress"]),
+        description="HTTP ingress deployment options (a partial block keeps the other defaults).",
     )
     decoder: DeploymentOptions = Field(
-        default_factory=lambda: DeploymentOptions(
-            num_cpus=1.0,
-            max_ongoing_requests=2,
-            max_queued_requests=64,
-            autoscaling_config={"min_replicas": 1, "max_replicas": 4, "target_ongoing_requests": 1},
-        ),
-        description="Video decode deployment options (CPU; autoscaled).",
+        default_factory=lambda: DeploymentOptions(**DEPLOYMENT_DEFAULTS["decoder"]),
+        description="Video decode deployment options (CPU; autoscaled; a partial block keeps the other defaults).",
     )
     model_replica: DeploymentOptions = Field(
-        default_factory=lambda: DeploymentOptions(num_cpus=1.0, max_ongoing_requests=64, max_queued_requests=128),
-        description="Model deployment options (one GPU per replica in the GPU configs).",
+        default_factory=lambda: DeploymentOptions(**DEPLOYMENT_DEFAULTS["model_replica"]),
+        description="Model deployment options (one GPU per replica in the GPU configs; a partial block keeps the "
+        "other defaults).",
     )
     streams: StreamsConfig = Field(default_factory=StreamsConfig, description="Live camera streams.")
     stream_worker: DeploymentOptions = Field(
-        default_factory=lambda: DeploymentOptions(num_cpus=0.5, num_replicas=1, max_ongoing_requests=256),
+        default_factory=lambda: DeploymentOptions(**DEPLOYMENT_DEFAULTS["stream_worker"]),
         description="Stream-worker deployment options (one replica reads every registered camera; it never "
-        "takes the decode replicas that serve one-off clips).",
+        "takes the decode replicas that serve one-off clips; a partial block keeps the other defaults). Its "
+        "max_ongoing_requests must hold one long poll per event subscriber of every ingress replica plus "
+        f"{STREAM_API_SLOTS} for the streams API.",
     )
+
+    @field_validator(*DEPLOYMENT_DEFAULTS, mode="before")
+    @classmethod
+    def _partial_deployment_block(cls, block: Any, info: ValidationInfo) -> Any:
+        assert info.field_name is not None
+        return deployment_defaults(info.field_name, block)
+
+    @model_validator(mode="after")
+    def _stream_worker_holds_every_subscriber(self) -> AppConfig:
+        if self.streams.max_streams == 0:
+            return self
+        ingress = self.ingress
+        replicas = ingress.num_replicas or int((ingress.autoscaling_config or {}).get("max_replicas", 1))
+        need = self.streams.max_subscribers * replicas + STREAM_API_SLOTS
+        have = self.stream_worker.max_ongoing_requests
+        if have < need:
+            raise ValueError(
+                f"stream_worker.max_ongoing_requests {have} is under {need}: each event subscriber holds a long poll "
+                f"on the stream worker (streams.max_subscribers {self.streams.max_subscribers} × {replicas} ingress "
+                f"replica(s)), plus {STREAM_API_SLOTS} for the streams API; raise it or lower streams.max_subscribers"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _stream_window_under_clip_limit(self) -> AppConfig:
+        if self.streams.max_window_frames > self.limits.max_frames:
+            raise ValueError(
+                f"streams.max_window_frames {self.streams.max_window_frames} exceeds limits.max_frames "
+                f"{self.limits.max_frames}: a stream window may not hold more frames than a clip"
+            )
+        return self
 
 
 def load_serve_config(path: str | Path) -> dict[str, Any]:

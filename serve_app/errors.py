@@ -55,6 +55,12 @@ class ForbiddenSourceError(ServeAppError):
     status, type = 403, "forbidden_source"
 
 
+class CrossSiteRequestError(ServeAppError):
+    """403: a state-changing request sent by another site's web page (``Origin`` / ``Sec-Fetch-Site``)."""
+
+    status, type = 403, "cross_site_request"
+
+
 class NotFoundError(ServeAppError):
     """404: unknown route or a file under an allowed root that does not exist."""
 

@@ -166,7 +166,7 @@ def plan_grid(
     duration = b - a
     if duration <= 0:
         raise UnprocessableClipError(
-            f"the requested window [{a:.3f}, {b:.3f}) s is empty (clip lasts {clip_end_s:.3f} s)",
+            f"the requested window [{a:.6g}, {b:.6g}) s is empty (clip lasts {clip_end_s:.3f} s)",
             param="start_s" if start_s else None,
         )
     cap = max(TEMPORAL_PATCH, max_frames - max_frames % TEMPORAL_PATCH)

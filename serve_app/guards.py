@@ -8,11 +8,17 @@ callback (the ingress's, which counts and logs it):
   (``x-request-disconnect-disabled`` turns off cancellation on disconnect,
   ``x-request-timeout-seconds`` …) are the operator's, not the client's: 400
   naming the header, on every route.
-* :class:`AdmissionGuard`: the clip routes are admitted up to a number of
-  requests per ingress replica (``ingress.max_ongoing_requests``) and per client
+* :class:`CrossSiteGuard`: a state-changing request (POST, PUT, PATCH, DELETE) that a
+  web page of another site sent (``Origin`` / ``Sec-Fetch-Site``) is refused with 403,
+  unless its origin is in ``security.allowed_origins``; requests without these browser
+  headers (curl, SDKs) pass.
+* :class:`AdmissionGuard`: every route but the health checks and the event
+  subscriptions is admitted up to a number of requests per ingress replica
+  (``ingress.max_ongoing_requests``), those with a body also per client
   (``security.max_requests_per_client``: 429), before the body is read; Ray
-  Serve's slot count is that plus ``security.reserved_slots``, so ``/healthz`` and
-  ``/readyz`` never queue behind uploads. It also refuses a request before its
+  Serve's slot count is that plus the subscriber slots plus
+  ``security.reserved_slots``, so ``/healthz`` and ``/readyz`` never queue behind
+  uploads, slow bodies or subscribers. It also refuses a clip request before its
   body when the pipeline behind is known to be full: the last clip request to
   end was refused by a full decoder or model queue (:func:`mark_pipeline_full`)
   less than ``retry_after_s`` ago.
@@ -45,6 +51,7 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from serve_app.errors import (
+    CrossSiteRequestError,
     InvalidRequestError,
     OverloadedError,
     PayloadTooLargeError,
@@ -148,6 +155,92 @@ def _norm(name: str) -> str:
     return name.strip().lower().replace("_", "-")
 
 
+# --------------------------------------------------------------------------- cross-site requests
+
+#: Methods that change state: a web page of another site must not be able to send them here.
+STATE_CHANGING_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+def origin_of(value: str) -> str | None:
+    """``scheme://host[:port]`` of an ``Origin`` header or a configured origin, lower case, the default
+    port left out; None for ``null`` or anything that is not an http(s) origin."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(value.strip())
+        port = parts.port
+    except ValueError:
+        return None
+    scheme, host = parts.scheme.lower(), (parts.hostname or "")
+    if scheme not in ("http", "https") or not host:
+        return None
+    host = f"[{host}]" if ":" in host else host
+    default = 443 if scheme == "https" else 80
+    return f"{scheme}://{host}" + (f":{port}" if port and port != default else "")
+
+
+class CrossSiteGuard:
+    """ASGI middleware: 403 for a state-changing request (POST, PUT, PATCH, DELETE) that a web page of
+    another site sent (cross-site request forgery).
+
+    A browser says where a request comes from: ``Sec-Fetch-Site`` (``same-origin``, ``same-site``,
+    ``cross-site``, ``none``) and ``Origin``. A request is refused when ``Sec-Fetch-Site`` is
+    ``cross-site`` or ``same-site``, or, without it, when ``Origin`` is present and is neither this
+    server's own origin (its host and port are the request's ``Host``) nor one of ``allowed_origins``
+    (``null``, a sandboxed or file page, is never allowed); an allowed origin passes either way.
+    Requests without both headers (curl, SDKs, other servers) pass: only browsers send them, and a
+    browser always does on a cross-site POST. A page of another site could otherwise register
+    cameras and webhooks on a server without an API key (a ``text/plain`` or ``multipart/form-data``
+    POST needs no CORS preflight).
+
+    Args:
+        app: the wrapped ASGI app.
+        allowed_origins: origins whose pages may send such requests (``security.allowed_origins``).
+        reject: sends the error response.
+    """
+
+    def __init__(self, app: ASGIApp, allowed_origins: Iterable[str], reject: Reject):
+        self.app = app
+        self.allowed = frozenset(o for o in (origin_of(x) for x in allowed_origins) if o)
+        self.reject = reject
+
+    def refuses(self, headers: Headers) -> bool:
+        """Whether a state-changing request with these headers came from another site's page."""
+        site = headers.get("sec-fetch-site", "").strip().lower()
+        raw_origin = headers.get("origin")
+        origin = origin_of(raw_origin) if raw_origin is not None else None
+        if origin is not None and origin in self.allowed:
+            return False
+        if site in ("cross-site", "same-site"):
+            return True
+        if site in ("same-origin", "none"):  # the browser's own word: this origin, or the user typed it
+            return False
+        if raw_origin is None:
+            return False  # not a browser's cross-site request (curl, SDKs)
+        host = headers.get("host", "").strip().lower()
+        return origin is None or origin.split("://", 1)[1] != _authority(host, origin.split("://", 1)[0])
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        changes_state = scope["type"] == "http" and scope.get("method") in STATE_CHANGING_METHODS
+        if changes_state and self.refuses(Headers(scope=scope)):
+            err = CrossSiteRequestError(
+                "cross-site request refused: a web page of another origin may not change this server's "
+                "state (the request's Origin / Sec-Fetch-Site headers say so); list a trusted origin in "
+                "security.allowed_origins. Requests without these browser headers (curl, SDKs) are not "
+                "affected",
+                param="Origin",
+            )
+            await self.reject(scope, receive, send, err)
+            return
+        await self.app(scope, receive, send)
+
+
+def _authority(host: str, scheme: str) -> str:
+    """A ``Host`` header as an origin's ``host[:port]`` (the scheme's default port left out)."""
+    default = ":443" if scheme == "https" else ":80"
+    return host[: -len(default)] if host.endswith(default) else host
+
+
 # --------------------------------------------------------------------------- admission
 
 
@@ -156,30 +249,52 @@ class AdmissionState:
     """Counters of one ingress replica's admission (read by tests and metrics).
 
     Attributes:
-        in_flight: clip requests admitted and not finished.
-        per_client: admitted requests per client key.
+        in_flight: requests admitted and not finished (event subscriptions apart).
+        subscribers: event subscriptions admitted and not ended.
+        per_client: admitted requests with a body per client key.
         saturated_until: ``time.monotonic()`` until which new clip requests are refused
             for load (0: not saturated).
-        refused: requests refused so far, by reason (``busy``, ``client_limit``, ``saturated``).
+        refused: requests refused so far, by reason (``busy``, ``client_limit``, ``saturated``, ``subscribers``).
     """
 
     in_flight: int = 0
+    subscribers: int = 0
     per_client: dict[str, int] = dataclasses.field(default_factory=dict)
     saturated_until: float = 0.0
     refused: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
+#: Methods whose requests carry a body (the per-client limit counts these).
+BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+
+
 class AdmissionGuard:
-    """ASGI middleware: admits clip requests (``paths``) by count, before their body is read.
+    """ASGI middleware: admits requests by count, before their body is read.
+
+    Every request is admitted here but those ``exempt`` says pass (the health checks, answered
+    from the slots Serve keeps for them): event subscriptions (``subscriber`` paths) up to
+    ``max_subscribers`` at once, every other request up to ``max_in_flight`` at once per ingress
+    replica (503 past either), those with a body also up to ``max_per_client`` per client (429),
+    and the clip routes (``pipeline_paths``) not while the pipeline behind is known to be full.
+    So no route, with or without a body, can hold the slots kept for the health checks.
+
+    A request's place is taken before anything is awaited and given back when its response has
+    ended, however it ends (an event stream: when its client leaves): concurrent requests can
+    never overshoot a cap (was: 40 of 40 simultaneous subscriptions got in past a cap of 16,
+    counted after the first call to the stream worker).
 
     Args:
         app: the wrapped ASGI app.
-        paths: the guarded paths (below the route prefix); other paths pass untouched.
-        max_in_flight: clip requests this replica holds at once; more get 503 + ``Retry-After``.
-        max_per_client: requests one client holds at once (None: no limit); more get 429 + ``Retry-After``.
+        exempt: ``exempt(path)`` → True for paths (below the route prefix) that pass untouched.
+        pipeline_paths: the clip routes, refused before their body while the pipeline is full.
+        subscriber: ``subscriber(path)`` → True for event subscriptions (counted apart).
+        max_subscribers: event subscriptions this replica holds at once; more get 503 + ``Retry-After``.
+        max_in_flight: requests this replica admits at once; more get 503 + ``Retry-After``.
+        max_per_client: requests with a body one client holds at once (None: no limit); more get
+            429 + ``Retry-After``.
         client_key: ``client_key(scope, headers)`` → the client's identity (see :func:`client_key`).
         retry_after_s: the ``Retry-After`` value, seconds; also how long, at most, a 503 for
-            load from the pipeline makes new requests be refused before their body.
+            load from the pipeline makes new clip requests be refused before their body.
         reject: sends the error response.
         clock: ``time.monotonic``-like (tests inject one).
     """
@@ -187,16 +302,22 @@ class AdmissionGuard:
     def __init__(
         self,
         app: ASGIApp,
-        paths: Iterable[str],
+        exempt: Callable[[str], bool],
+        pipeline_paths: Iterable[str],
         max_in_flight: int,
         max_per_client: int | None,
         client_key: Callable[[Scope, Mapping[str, str]], str],
         retry_after_s: int,
         reject: Reject,
+        subscriber: Callable[[str], bool] = lambda path: False,
+        max_subscribers: int = 0,
         clock: Callable[[], float] = time.monotonic,
     ):
         self.app = app
-        self.paths = frozenset(paths)
+        self.exempt = exempt
+        self.pipeline_paths = frozenset(pipeline_paths)
+        self.subscriber = subscriber
+        self.max_subscribers = max_subscribers
         self.max_in_flight = max_in_flight
         self.max_per_client = max_per_client
         self.client_key = client_key
@@ -208,6 +329,12 @@ class AdmissionGuard:
     def _refuse(self, reason: str) -> ServeAppError:
         self.state.refused[reason] = self.state.refused.get(reason, 0) + 1
         retry = max(1, self.retry_after_s)
+        if reason == "subscribers":
+            return OverloadedError(
+                f"{self.state.subscribers} event subscribers are connected; the limit is {self.max_subscribers} "
+                f"(streams.max_subscribers); retry after {retry} s",
+                retry_after_s=retry,
+            )
         if reason == "client_limit":
             return TooManyRequestsError(
                 f"this client already has {self.max_per_client} requests in progress (the per-client limit, "
@@ -222,36 +349,55 @@ class AdmissionGuard:
         return OverloadedError(f"server busy: {why}; retry after {retry} s", retry_after_s=retry)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or app_path(scope) not in self.paths:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path = app_path(scope)
+        if self.exempt(path):
             await self.app(scope, receive, send)
             return
         st = self.state
-        key = self.client_key(scope, header_map(scope))
+        if self.subscriber(path):
+            if st.subscribers >= self.max_subscribers:
+                await self.reject(scope, receive, send, self._refuse("subscribers"))
+                return
+            st.subscribers += 1  # taken before any await: simultaneous subscriptions cannot overshoot
+            try:
+                await self.app(scope, receive, send)
+            finally:
+                st.subscribers -= 1
+            return
+        per_client = scope.get("method", "GET") in BODY_METHODS
+        pipeline = path in self.pipeline_paths
+        key = self.client_key(scope, header_map(scope)) if per_client else ""
         err = None
         if st.in_flight >= self.max_in_flight:
             err = self._refuse("busy")
-        elif self.max_per_client is not None and st.per_client.get(key, 0) >= self.max_per_client:
+        elif per_client and self.max_per_client is not None and st.per_client.get(key, 0) >= self.max_per_client:
             err = self._refuse("client_limit")
-        elif st.saturated_until > self.clock():
+        elif pipeline and st.saturated_until > self.clock():
             err = self._refuse("saturated")
         if err is not None:
             await self.reject(scope, receive, send, err)
             return
         st.in_flight += 1
-        st.per_client[key] = st.per_client.get(key, 0) + 1
+        if per_client:
+            st.per_client[key] = st.per_client.get(key, 0) + 1
         try:
             await self.app(scope, receive, send)
         finally:
             st.in_flight -= 1
-            left = st.per_client.get(key, 1) - 1
-            if left > 0:
-                st.per_client[key] = left
-            else:
-                st.per_client.pop(key, None)
-            if scope.get(PIPELINE_FULL):
-                st.saturated_until = self.clock() + max(1, self.retry_after_s)
-            else:  # a request ended (answered, failed or abandoned by its client): a slot may be free
-                st.saturated_until = 0.0
+            if per_client:
+                left = st.per_client.get(key, 1) - 1
+                if left > 0:
+                    st.per_client[key] = left
+                else:
+                    st.per_client.pop(key, None)
+            if pipeline:
+                if scope.get(PIPELINE_FULL):
+                    st.saturated_until = self.clock() + max(1, self.retry_after_s)
+                else:  # a clip request ended (answered, failed or abandoned by its client): a slot may be free
+                    st.saturated_until = 0.0
 
 
 def client_key(scope: Scope, headers: Mapping[str, str], identity: str = "address", keys_on: bool = False) -> str:

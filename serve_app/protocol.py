@@ -45,9 +45,19 @@ __all__ = [
 ]
 
 
+#: A temperature below this is greedy decoding (temperature 0): vLLM's rule (``_SAMPLING_EPS`` in
+#: ``vllm/sampling_params.py``). Dividing logits by a smaller one overflows (1e-300: inf/nan probabilities).
+GREEDY_TEMPERATURE_EPS = 1e-5
+#: Smallest repetition penalty accepted (requests and config): a penalty divides the logits of tokens already
+#: seen, so a tiny one overflows them (1e-300: inf/nan probabilities); values below 1 encourage repetition.
+MIN_REPETITION_PENALTY = 0.01
+
+
 @dataclasses.dataclass(frozen=True)
 class SamplingOptions:
     """Per-request token-sampling settings (recipe defaults filled in by the caller).
+
+    A temperature under :data:`GREEDY_TEMPERATURE_EPS` becomes 0 (greedy), as vLLM does, for every engine.
 
     Attributes:
         max_tokens: output budget in tokens.
@@ -66,6 +76,10 @@ class SamplingOptions:
     seed: int | None = None
     ignore_eos: bool = False
     stop: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if 0 < self.temperature < GREEDY_TEMPERATURE_EPS:
+            object.__setattr__(self, "temperature", 0.0)
 
 
 @dataclasses.dataclass(frozen=True)

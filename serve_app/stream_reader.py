@@ -2,10 +2,11 @@
 
 A :class:`CameraReader` runs in its own thread (PyAV blocks), so a stalled camera never holds
 another. Each decoded frame's presentation time goes to the stream's
-:class:`~serve_app.stream_core.WindowCutter`; only the frames it keeps are converted (resized
-to the model's pixel budget, RGB, upright: :class:`serve_app.frames.FrameStore`), and each
-completed window is handed on as a :class:`~serve_app.protocol.DecodedClip`. Nothing is decoded
-twice.
+:class:`~serve_app.stream_core.WindowCutter`; only the frames it keeps are scaled to the model's
+pixel budget and held compactly, in planar YUV 4:2:0 (:class:`HeldFrames`), and each completed
+window is handed on as a :class:`ReadyWindow`, which becomes the model's RGB clip (upright, the
+display matrix applied) only when the model takes it (:meth:`ReadyWindow.clip`). Nothing is
+decoded twice.
 
 Sources (each checked as one-off clips are, :mod:`serve_app.sources`):
 
@@ -31,18 +32,20 @@ from fractions import Fraction
 
 import av
 import numpy as np
+from av.video.reformatter import VideoReformatter
 
 from serve_app.config import AppConfig
 from serve_app.container import configure_decoder, video_stream
 from serve_app.decoder import DecodedClip
 from serve_app.errors import ServeAppError, UnsupportedMediaError
-from serve_app.frames import FrameStore
+from serve_app.frames import FrameStore, apply_display
 from serve_app.frame_sampling import even_frame_count
 from serve_app.http_source import PinnedHttpBody
 from serve_app.rtsp_relay import RtspRelay
 from serve_app.sources import check_url, resolve_local_path
 from serve_app.stream_core import Backoff, Window, WindowCutter
 from serve_app.stream_protocol import StreamCreate, StreamState
+from serve_app.stream_rules import frame_area_bound, frames_per_window
 
 logger = logging.getLogger("ray.serve")
 
@@ -54,38 +57,133 @@ class PermanentSourceError(Exception):
     """The source cannot be read and retrying will not help (state ``failed``)."""
 
 
-@dataclasses.dataclass
-class ReadyWindow:
-    """A completed window with its frames as a clip.
+class HeldFrames:
+    """A stream's kept frames from decode to the model: held compactly, unpacked when the model takes them.
 
-    Attributes:
-        window: the cut window (times; frames emptied once in ``clip``).
-        clip: ``(T, H, W, 3) uint8`` frames ready for the model.
-        thumbnail: JPEG of the window's last frame (``streams.thumbnail_width`` wide), or None.
+    Each kept ``av.VideoFrame`` is scaled at once to the window's model size (the pixel budget of
+    :class:`serve_app.frames.FrameStore`, the same two libswscale steps as one-off clips) and held as
+    planar YUV 4:2:0, ``(H·3/2, W) uint8``: 1.5 bytes per pixel, half of RGB
+    (:data:`serve_app.stream_rules.COMPACT_BYTES_PER_PIXEL`). :meth:`rgb` makes the displayed RGB
+    picture (display matrix applied) when the window is handed to the model.
+
+    Args:
+        capacity: most frames per window (sets the per-frame pixel budget).
+        config: the application config (``decode.budget``, ``decode.interpolation``).
+
+    Raises (from :meth:`__call__`):
+        PermanentSourceError: the camera's frames come out larger than the stream reserved
+            (:func:`serve_app.stream_rules.frame_area_bound`).
     """
 
-    window: Window[np.ndarray]
-    clip: DecodedClip
-    thumbnail: bytes | None
-
-
-class _Converter:
-    """Kept ``av.VideoFrame`` → ``(H, W, 3) uint8`` RGB at the window's model size (rotation applied)."""
-
     def __init__(self, capacity: int, config: AppConfig):
-        self.store = FrameStore(capacity, config.decode.budget, config.decode.interpolation)
+        budget = config.decode.budget
+        self.store = FrameStore(capacity, budget, config.decode.interpolation)
+        self.interpolation = config.decode.interpolation
+        self.area_limit = frame_area_bound(capacity, budget)
         self.spent_s = 0.0
+        self.format = "yuv420p"
+        self.colorspace: int | None = None
+        self._scaler = VideoReformatter()  # the reader thread's
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """``(width, height)`` of a held frame in its stored orientation, pixels ((0, 0) before the first frame)."""
+        return self.store._conv_size
 
     def __call__(self, frame: av.VideoFrame) -> np.ndarray:
         t0 = time.perf_counter()
         if self.store.source_size is None:
-            self.store._allocate(frame)  # the target size (needs the first frame's rotation)
-            self.store.frames = None  # the window keeps its own frames; no preallocated clip here
-        rgb = self.store.to_rgb(frame)
-        if self.store.rotation_cw:
-            rgb = np.ascontiguousarray(np.rot90(rgb, k=-(self.store.rotation_cw // 90)))
+            self.store._allocate(frame)  # the target size (needs the first frame's display matrix)
+            self.store.frames = None  # nothing preallocated: windows hold their own frames
+            cw, ch = self.size
+            if cw * ch > self.area_limit:
+                sw, sh = self.store.source_size or (0, 0)
+                raise PermanentSourceError(
+                    f"the camera's {sw}x{sh} frames become {cw}x{ch} pixels at the model's minimum frame area, "
+                    f"more than the {self.area_limit} pixels per frame this stream reserved of "
+                    "streams.max_frame_memory_bytes (a picture this small and elongated); use a larger picture"
+                )
+            self.format = "yuvj420p" if frame.format.name == "yuvj420p" else "yuv420p"
+            self.colorspace = int(frame.colorspace)
+        cw, ch = self.size
+        small = self._scaler.reformat(
+            frame, width=cw, height=ch, format=self.format, interpolation=self.interpolation, threads=1
+        )
+        held = small.to_ndarray()
         self.spent_s += time.perf_counter() - t0
-        return rgb
+        return held
+
+    def rgb(self, held: np.ndarray, reformatter: VideoReformatter | None = None) -> np.ndarray:
+        """One held frame as the displayed ``(h, w, 3) uint8`` RGB picture."""
+        frame = av.VideoFrame.from_ndarray(held, format=self.format)
+        if self.colorspace is not None:
+            frame.colorspace = self.colorspace
+        rgb = (reformatter or VideoReformatter()).reformat(frame, format="rgb24", threads=1).to_ndarray()
+        return apply_display(rgb, self.store._transform)
+
+    def shape(self) -> tuple[int, int]:
+        """``(height, width)`` of the displayed RGB picture, pixels."""
+        cw, ch = self.size
+        return (cw, ch) if self.store._transform[0] else (ch, cw)
+
+
+@dataclasses.dataclass
+class ReadyWindow:
+    """A completed window, its frames still held compactly until :meth:`clip`.
+
+    Attributes:
+        window: the cut window (times; ``frames``: the held YUV frames, emptied by :meth:`clip`).
+        thumbnail: JPEG of the window's last frame (``streams.thumbnail_width`` wide), or None.
+        decode_ms: CPU time spent scaling and converting the window's frames, ms.
+        held: the stream's :class:`HeldFrames` (unpacks the frames).
+        fps: the stream's sampling rate.
+        source: ``(width, height)`` of the displayed source.
+        source_fps: the source's frame rate, if known.
+        patches: make the vision tower's bf16 patches (``model.vision_input: patches``).
+    """
+
+    window: Window[np.ndarray]
+    thumbnail: bytes | None
+    decode_ms: float
+    held: HeldFrames
+    fps: float
+    source: tuple[int, int]
+    source_fps: float | None
+    patches: bool = False
+
+    @property
+    def held_bytes(self) -> int:
+        """Bytes of the frames this window still holds."""
+        return sum(f.nbytes for f in self.window.frames)
+
+    def clip(self) -> DecodedClip:
+        """The window as the model's input (RGB frames, or patches), padded to an even frame count;
+        the held frames are released. Blocking (CPU): run it off the event loop."""
+        held, self.window.frames = self.window.frames, []
+        if not held:
+            raise ValueError("the window's frames were handed to the model already")
+        n = len(held)
+        n_even = even_frame_count(n)
+        out = np.empty((n_even, *self.held.shape(), 3), dtype=np.uint8)
+        reformatter = VideoReformatter()
+        for i in range(n):
+            out[i] = self.held.rgb(held[i], reformatter)
+            held[i] = None  # type: ignore[call-overload]  # each held frame goes as soon as it is unpacked
+        out[n:] = out[n - 1]
+        w = self.window
+        clip = DecodedClip(
+            frames=out,
+            timestamps_s=np.maximum(np.asarray(w.times_s, dtype=np.float64) - w.start_s, 0.0),
+            fps=self.fps,
+            source_width=self.source[0],
+            source_height=self.source[1],
+            source_fps=self.source_fps,
+            duration_s=w.end_s - w.start_s,
+            padded_frames=n_even - n,
+            decode_ms=self.decode_ms,
+            decoded_frames=n,
+        )
+        return clip.as_patches() if self.patches else clip
 
 
 #: HTTP live formats a stream may use, by what their first bytes look like (FFmpeg demuxer names).
@@ -122,26 +220,6 @@ def sniff_http_format(head: bytes, content_type: str) -> str:
             param="url",
         )
     raise UnsupportedMediaError("the camera URL is not progressive MP4, MPEG-TS or MJPEG over HTTP", param="url")
-
-
-def window_clip(
-    window: Window[np.ndarray], fps: float, source: tuple[int, int], source_fps: float | None, decode_ms: float
-) -> DecodedClip:
-    """The window's frames as a :class:`DecodedClip` (padded to an even count; times from the window start)."""
-    n = len(window.frames)
-    frames = np.stack(window.frames + [window.frames[-1]] * (even_frame_count(n) - n))
-    return DecodedClip(
-        frames=frames,
-        timestamps_s=np.maximum(np.asarray(window.times_s, dtype=np.float64) - window.start_s, 0.0),
-        fps=fps,
-        source_width=source[0],
-        source_height=source[1],
-        source_fps=source_fps,
-        duration_s=window.end_s - window.start_s,
-        padded_frames=even_frame_count(n) - n,
-        decode_ms=decode_ms,
-        decoded_frames=n,
-    )
 
 
 def jpeg_thumbnail(rgb: np.ndarray, width: int) -> bytes:
@@ -181,8 +259,8 @@ class CameraReader:
         self.spec, self.config = spec, config
         self.on_window, self.on_state, self.on_frame = on_window, on_state, on_frame
         every_s = spec.every_s or spec.window_s
-        self.converter = _Converter(max(1, round(spec.window_s * spec.fps)), config)
-        self.cutter: WindowCutter[np.ndarray] = WindowCutter(spec.window_s, every_s, spec.fps, self.converter)
+        self.held = HeldFrames(frames_per_window(spec.window_s, spec.fps), config)
+        self.cutter: WindowCutter[np.ndarray] = WindowCutter(spec.window_s, every_s, spec.fps, self.held)
         s = config.streams
         self.backoff = Backoff(s.reconnect_initial_s, s.reconnect_max_s)
         self._stop = threading.Event()
@@ -349,15 +427,13 @@ class CameraReader:
     def _emit(self, window: Window[np.ndarray], source_fps: float | None) -> None:
         if not window.frames:
             return
-        spent_ms = self.converter.spent_s * 1000
-        self.converter.spent_s = 0.0
-        size = self.converter.store.source_size or (0, 0)
-        clip = window_clip(window, self.spec.fps, size, source_fps, spent_ms)
-        if self.config.model.vision_input == "patches":  # the vision tower's input, made here (CPU)
-            clip = clip.as_patches()
-        thumb = jpeg_thumbnail(window.frames[-1], self.config.streams.thumbnail_width)
-        window.frames = []  # the clip holds the pixels now
-        self.on_window(ReadyWindow(window, clip, thumb))
+        spent_ms = self.held.spent_s * 1000
+        self.held.spent_s = 0.0
+        thumb = jpeg_thumbnail(self.held.rgb(window.frames[-1]), self.config.streams.thumbnail_width)
+        self.on_window(ReadyWindow(
+            window, thumb, spent_ms, self.held, self.spec.fps, self.held.store.source_size or (0, 0), source_fps,
+            patches=self.config.model.vision_input == "patches",
+        ))  # fmt: skip
 
 
 def _message(e: BaseException) -> str:

@@ -22,7 +22,8 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any, Protocol
 
 from serve_app.config import AppConfig
-from serve_app.errors import ErrorInfo, NotFoundError, OverloadedError, error_value
+from serve_app.errors import ErrorInfo, NotFoundError, OverloadedError, ServeAppError, error_value
+from serve_app.guards import log_safe
 from serve_app.pipeline import client_error
 from serve_app.protocol import ClipInfo, ClipQuestion, DecodedClip, Delta, Done, ModelChunk, SamplingOptions
 from serve_app.reasoning import split_reasoning
@@ -43,12 +44,17 @@ from serve_app.stream_protocol import (
     WindowTimes,
 )
 from serve_app.stream_reader import CameraReader, ReadyWindow
+from serve_app.stream_rules import check_stream_limits, frames_per_window, mib, stream_frame_bytes
 from serve_app.stream_store import StreamStore
 
 logger = logging.getLogger("ray.serve")
 
-#: ``ask(question, clip)``: the model's chunk stream for one window.
-Ask = Callable[[ClipQuestion, DecodedClip], AsyncIterator[ModelChunk]]
+#: ``ask(question, clip)``: the model's chunk stream for one window (``clip``: what :data:`Prepare` made of it).
+Ask = Callable[[ClipQuestion, Any], AsyncIterator[ModelChunk]]
+#: ``prepare(clip)``: a window's clip as every question of the window sends it (blocking; run off the event
+#: loop): the stream worker puts it in Ray's object store once, so the worker holds no copy while the model
+#: answers; by default the clip itself.
+Prepare = Callable[[DecodedClip], Any]
 
 
 class StreamMetrics(Protocol):
@@ -97,6 +103,7 @@ class _Stream:
         self.queue: NewestWinsQueue[ReadyWindow] = NewestWinsQueue(pending)
         self.reader: CameraReader | None = None
         self.task: asyncio.Task[None] | None = None
+        self.reserved_bytes = 0  # frame memory reserved (streams.max_frame_memory_bytes); 0 for a failed stream
 
 
 class StreamRegistry:
@@ -107,8 +114,10 @@ class StreamRegistry:
         ask: the model call (see :data:`Ask`).
         store: the database (definitions and answers).
         metrics: per-stream metrics (none by default).
-        model_name: reported in answer events.
-        random_weights: whether the model's weights are random (labelled on every answer).
+        webhooks: the alert webhooks (:class:`serve_app.webhook.Webhooks`), or None.
+        prepare: see :data:`Prepare`.
+        release_memory: called (in a thread) after a stream is deleted, to hand freed memory back to the
+            system (:func:`serve_app.memory.release_freed_memory` in the worker).
     """
 
     def __init__(
@@ -118,9 +127,13 @@ class StreamRegistry:
         store: StreamStore,
         metrics: StreamMetrics | None = None,
         webhooks: Any = None,
+        prepare: Prepare | None = None,
+        release_memory: Callable[[], object] | None = None,
     ):
         self.config = config
         self.ask = ask
+        self.prepare: Prepare = prepare or (lambda clip: clip)
+        self.release_memory = release_memory
         self.store = store
         self.metrics = metrics or _NoMetrics()
         self.webhooks = webhooks
@@ -131,32 +144,83 @@ class StreamRegistry:
     # ------------------------------------------------------------------ lifecycle
 
     def resume(self) -> int:
-        """Starts every stream stored in the database; returns how many."""
+        """Starts every stream stored in the database, oldest first; returns how many are registered.
+
+        Each is checked again against today's limits and frame-memory budget
+        (:mod:`serve_app.stream_rules`): one that no longer passes is registered in state ``failed``
+        with the reason (``last_error``), holding no memory and starting no reader, so a config
+        change can never make the worker crash-loop on its own database; delete it, or fix the config.
+        """
         for sid, spec, created in self.store.streams():
-            if sid not in self.streams:
-                self._start(sid, spec, created)
+            if sid in self.streams:
+                continue
+            try:
+                check_stream_limits(spec, self.config)
+                need = self._reserve(spec)
+            except ServeAppError as e:
+                self._start_failed(sid, spec, created, f"not resumed: {e.message}")
+                logger.warning("stream %s not resumed: %s", log_safe(sid), log_safe(e.message))
+                continue
+            self._start(sid, spec, created, need)
         return len(self.streams)
+
+    @property
+    def reserved_bytes(self) -> int:
+        """Frame memory reserved by the registered streams, bytes."""
+        return sum(st.reserved_bytes for st in self.streams.values())
+
+    def _reserve(self, spec: StreamCreate) -> int:
+        """The frame memory ``spec`` needs, if it fits the budget.
+
+        Raises:
+            OverloadedError (503): it does not fit ``streams.max_frame_memory_bytes``.
+        """
+        need = stream_frame_bytes(spec, self.config)
+        budget = self.config.streams.max_frame_memory_bytes
+        held = self.reserved_bytes
+        if held + need > budget:
+            n = frames_per_window(spec.window_s, spec.fps)
+            raise OverloadedError(
+                f"frame memory budget full: this stream needs up to {mib(need)} of frames ({n} frames per window); "
+                f"{mib(held)} of the {mib(budget)} budget (streams.max_frame_memory_bytes) are reserved by "
+                f"{len(self.streams)} stream(s); lower window_s × fps, or delete a stream",
+                retry_after_s=self.config.limits.retry_after_s,
+            )
+        return need
 
     def create(self, spec: StreamCreate) -> StreamStatus:
         """Registers and starts a stream (its spec already validated by the ingress).
 
         Raises:
-            OverloadedError (503): ``streams.max_streams`` streams are registered.
+            OverloadedError (503): ``streams.max_streams`` streams are registered, or the stream's frames
+                do not fit ``streams.max_frame_memory_bytes``.
         """
         limit = self.config.streams.max_streams
         if len(self.streams) >= limit:
             raise OverloadedError(
                 f"{len(self.streams)} streams are registered; the limit is {limit} (streams.max_streams)"
             )
+        need = self._reserve(spec)
         sid = "str_" + uuid.uuid4().hex[:16]
         created = time.time()
         self.store.add(sid, spec, created)
-        self._start(sid, spec, created)
+        self._start(sid, spec, created, need)
         return self.status(sid)
 
-    def _start(self, sid: str, spec: StreamCreate, created: float) -> None:
+    def _start_failed(self, sid: str, spec: StreamCreate, created: float, reason: str) -> None:
+        st = _Stream(sid, spec, created, self.config.streams.pending_windows)
+        st.state, st.last_error = "failed", reason
+        self.streams[sid] = st
+        self._event(
+            StateEvent(
+                id=self.events.next_id(), stream_id=sid, time=time.time(), state="failed", previous=None, error=reason
+            )
+        )
+
+    def _start(self, sid: str, spec: StreamCreate, created: float, reserved_bytes: int) -> None:
         self.loop = asyncio.get_running_loop()
         st = _Stream(sid, spec, created, self.config.streams.pending_windows)
+        st.reserved_bytes = reserved_bytes
         self.streams[sid] = st
         self._event(
             StateEvent(id=self.events.next_id(), stream_id=sid, time=time.time(), state="connecting", previous=None)
@@ -191,6 +255,8 @@ class StreamRegistry:
         self._event(
             StateEvent(id=self.events.next_id(), stream_id=sid, time=time.time(), state="deleted", previous=st.state)
         )
+        if self.release_memory is not None:
+            await asyncio.to_thread(self.release_memory)
 
     async def _stop(self, st: _Stream) -> None:
         if st.reader is not None:
@@ -201,6 +267,8 @@ class StreamRegistry:
                 await st.task
         if st.reader is not None:
             await asyncio.to_thread(st.reader.join, 10.0)
+        while st.queue.get_nowait() is not None:  # pending windows' frames go now, not with the last reference
+            pass
 
     async def close(self) -> None:
         """Stops every reader (the definitions stay in the database)."""
@@ -270,6 +338,8 @@ class StreamRegistry:
             self.metrics.reconnect(st.id)
         if error:
             st.last_error = error
+        if state == "failed":
+            st.reserved_bytes = 0  # its reader has ended: it holds no frames any more
         if state == st.state and not error:
             return
         prev, st.state = st.state, state
@@ -310,7 +380,10 @@ class StreamRegistry:
         spec, cfg = st.spec, self.config
         model = cfg.model
         win = w.window
+        frames = len(win.times_s)
         answered = False
+        # The held frames become the model's input once per window (every question sends the same), off the loop.
+        clip = await asyncio.to_thread(lambda: self.prepare(w.clip()))
         for qi, question in enumerate(spec.questions):
             sampling = SamplingOptions(
                 max_tokens=spec.max_tokens or model.sampling.max_tokens,
@@ -321,7 +394,7 @@ class StreamRegistry:
             rid = f"{st.id}-w{win.index}-q{qi}"
             t0 = time.time()
             try:
-                info, text, done = await self._collect(self.ask(ClipQuestion(rid, question, sampling), w.clip))
+                info, text, done = await self._collect(self.ask(ClipQuestion(rid, question, sampling), clip))
             except Exception as e:  # noqa: BLE001 - classified: refused/unavailable vs failed
                 err = error_value(client_error(e, rid, cfg.limits.retry_after_s))
                 self._drop(st, "model_busy" if err.status == 503 else "model_error")
@@ -350,12 +423,12 @@ class StreamRegistry:
                     wall_start=win.wall_start,
                     wall_end=win.wall_end,
                 ),
-                frames=len(win.times_s),
+                frames=frames,
                 answer=answer,
                 reasoning=parts.reasoning,
                 finish_reason=done.finish_reason,
                 timings=AnswerTimings(
-                    decode_ms=round(w.clip.decode_ms, 1),
+                    decode_ms=round(w.decode_ms, 1),
                     queue_ms=done.queue_ms,
                     model_ms=done.model_ms,
                     ttft_ms=done.ttft_ms,

@@ -17,11 +17,13 @@ import logging
 from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
-from ray import serve
+import ray
+from ray import ObjectRef, serve
 from ray.serve.handle import DeploymentHandle, DeploymentResponseGenerator
 
 from serve_app.config import AppConfig
 from serve_app.errors import ErrorInfo, ServeAppError
+from serve_app.memory import fix_mmap_threshold, release_freed_memory
 from serve_app.metrics import StreamMetrics
 from serve_app.protocol import ClipQuestion, DecodedClip, ModelChunk
 from serve_app.stream_protocol import Deleted, EventBatch, StreamCreate, StreamList, StreamStatus
@@ -45,15 +47,20 @@ class StreamWorker:
     async def __init__(self, config: dict[str, Any], model: DeploymentHandle[Any]) -> None:  # type: ignore[misc]  # Serve awaits async constructors
         self.config = AppConfig.model_validate(config)
         self.model = model
+        fix_mmap_threshold()  # frame buffers go back to the system when freed (serve_app/memory.py)
         if self.config.model.vision_input == "patches":
             bf16_table()  # imports torch now (~4 s on a fresh replica), not on the first window
         self.store = StreamStore(self.config.streams.db_path, keep=self.config.streams.answer_history)
         self.webhooks = Webhooks(self.config)
-        self.registry = StreamRegistry(self.config, self._ask, self.store, StreamMetrics(), self.webhooks)
+        self.registry = StreamRegistry(
+            self.config, self._ask, self.store, StreamMetrics(), self.webhooks,
+            prepare=ray.put, release_memory=release_freed_memory,
+        )  # fmt: skip
         n = self.registry.resume()
         logger.info("stream worker ready: %d stream(s) resumed from %s", n, self.config.streams.db_path)
 
-    async def _ask(self, question: ClipQuestion, clip: DecodedClip) -> AsyncIterator[ModelChunk]:
+    async def _ask(self, question: ClipQuestion, clip: ObjectRef[DecodedClip]) -> AsyncIterator[ModelChunk]:
+        # The window's clip is in Ray's object store (put once per window): the model replica reads it there.
         stream = self.model.options(stream=True).generate.remote(question, clip)
         assert isinstance(stream, DeploymentResponseGenerator)  # options(stream=True)
         try:

@@ -1,8 +1,14 @@
 """The ingress's request guards (:mod:`serve_app.guards`) configured for the routes, in order.
 
-Outermost first: Ray Serve's control headers refused (every route), the API key,
-admission of the clip routes before their body (per replica, per client, a full
-pipeline), then the body's deadline, size and large-body count.
+Outermost first: Ray Serve's control headers refused (every route), state-changing
+requests from other sites' web pages refused (every route), the API key,
+admission of every route but the health checks and the event subscriptions before
+their body (per replica; with a body, per client; the clip routes also while the
+pipeline is full), then the body's deadline, size and large-body count (every route).
+
+Ray Serve's slots of an ingress replica (:func:`ingress_slots`) are the admitted
+requests, plus the event subscribers, plus ``security.reserved_slots``: whatever
+clients do with the other routes, the health checks find a free slot.
 """
 
 from __future__ import annotations
@@ -12,8 +18,26 @@ from starlette.middleware import Middleware
 from serve_app.api import FORM_OVERHEAD_BYTES
 from serve_app.auth import ApiKey
 from serve_app.config import AppConfig
-from serve_app.guards import AdmissionGuard, BodyGuard, ControlHeaderGuard, Reject, client_key
-from serve_app.serving import chat, query
+from serve_app.guards import AdmissionGuard, BodyGuard, ControlHeaderGuard, CrossSiteGuard, Reject, client_key
+from serve_app.serving import chat, health, models, query, streams
+
+
+def health_path(path: str) -> bool:
+    """The routes answered from the reserved slots: ``/healthz``, ``/readyz``, ``/v1/models[/…]``."""
+    return path in (health.HEALTH_ROUTE, health.READY_ROUTE, models.ROUTE) or path.startswith(models.ROUTE + "/")
+
+
+def subscriber_path(path: str) -> bool:
+    """The server-sent-event subscriptions (``/v1/events``, ``/v1/streams/{id}/events``): their own slots."""
+    return path == streams.EVENTS_ROUTE or (path.startswith(streams.ROUTE + "/") and path.endswith("/events"))
+
+
+def ingress_slots(config: AppConfig) -> int:
+    """Ray Serve's ``max_ongoing_requests`` of an ingress replica: the requests the admission guard
+    admits (``ingress.max_ongoing_requests``), the event subscribers (``streams.max_subscribers``, when
+    streams are on) and the slots kept for the health checks (``security.reserved_slots``)."""
+    subscribers = config.streams.max_subscribers if config.streams.max_streams > 0 else 0
+    return config.ingress.max_ongoing_requests + subscribers + config.security.reserved_slots
 
 
 def guard_middleware(config: AppConfig, api_key: ApiKey, auth: Middleware, reject: Reject) -> list[Middleware]:
@@ -29,10 +53,14 @@ def guard_middleware(config: AppConfig, api_key: ApiKey, auth: Middleware, rejec
     upload = lim.max_upload_bytes
     return [
         Middleware(ControlHeaderGuard, headers=sec.refused_headers, reject=reject),
+        Middleware(CrossSiteGuard, allowed_origins=sec.allowed_origins, reject=reject),
         auth,
         Middleware(
             AdmissionGuard,
-            paths={query.ROUTE, chat.ROUTE},
+            exempt=health_path,
+            pipeline_paths={query.ROUTE, chat.ROUTE},
+            subscriber=subscriber_path,
+            max_subscribers=config.streams.max_subscribers,
             max_in_flight=config.ingress.max_ongoing_requests,
             max_per_client=sec.max_requests_per_client,
             client_key=lambda scope, headers: client_key(scope, headers, sec.client_identity, api_key.enabled),
@@ -44,6 +72,7 @@ def guard_middleware(config: AppConfig, api_key: ApiKey, auth: Middleware, rejec
             max_bytes={  # multipart: the clip + form overhead; chat: the clip in base64 (4 bytes per 3)
                 query.ROUTE: upload + FORM_OVERHEAD_BYTES,
                 chat.ROUTE: upload * 4 // 3 + FORM_OVERHEAD_BYTES,
+                streams.ROUTE: streams.MAX_BODY_BYTES,
             },
             timeout_s=sec.body_timeout_s,
             min_rate_bytes_s=sec.body_min_rate_bytes_s,

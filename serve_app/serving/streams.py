@@ -5,7 +5,8 @@
 * ``GET /v1/streams/{id}/thumbnail`` (JPEG of the latest answered window), ``GET /v1/streams/{id}/answers``
 * ``GET /v1/streams/{id}/events``, ``GET /v1/events``: server-sent events
   (``id:``/``event:``/``data:``), replay after ``Last-Event-ID`` (or ``?after=``) from the worker's
-  bounded history; at most ``streams.max_subscribers`` at once per ingress replica (beyond: 503).
+  bounded history; at most ``streams.max_subscribers`` at once per ingress replica (beyond: 503, from the
+  admission guard, :mod:`serve_app.serving.guards`).
 * ``GET /`` and ``GET /dashboard``: the static dashboard page (no data in it: it asks for the key), and its
   script and style sheet under ``/static/``; all three with a Content-Security-Policy (nothing inline).
 
@@ -27,13 +28,11 @@ from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 
-from serve_app.api import parse_json_object, read_body, validation_error
+from serve_app.api import parse_json_object, read_body, require_json, validation_error
 from serve_app.config import AppConfig
 from serve_app.errors import (
     ErrorInfo,
     InvalidRequestError,
-    OverloadedError,
-    PayloadTooLargeError,
     ServeAppError,
 )
 from serve_app.serving.context import (
@@ -43,6 +42,7 @@ from serve_app.serving.context import (
 )
 from serve_app.sources import check_url, resolve_local_path
 from serve_app.stream_protocol import EventBatch, StreamCreate, StreamEvent
+from serve_app.stream_rules import check_stream_limits
 
 logger = logging.getLogger("ray.serve")
 
@@ -75,36 +75,8 @@ def validate_stream(body: dict[str, Any], config: AppConfig) -> StreamCreate:
         spec = StreamCreate.model_validate(body)
     except ValidationError as e:
         raise validation_error(e) from None
-    s, lim = config.streams, config.limits
-    if spec.window_s > s.max_window_s:
-        raise InvalidRequestError(
-            f"window_s is {spec.window_s:g}; the limit is {s.max_window_s:g} s (streams.max_window_s)", param="window_s"
-        )
-    if spec.fps > s.max_fps:
-        raise InvalidRequestError(f"fps is {spec.fps:g}; the limit is {s.max_fps:g} (streams.max_fps)", param="fps")
-    if spec.every_s is not None and spec.every_s < spec.window_s:
-        raise InvalidRequestError("every_s must be at least window_s (windows do not overlap)", param="every_s")
-    if spec.window_s * spec.fps > lim.max_frames:
-        raise InvalidRequestError(
-            f"window_s × fps = {spec.window_s * spec.fps:g} frames; the limit is {lim.max_frames} (limits.max_frames)",
-            param="fps",
-        )
-    if spec.window_s * spec.fps < 1:
-        raise InvalidRequestError("window_s × fps must give at least one frame per window", param="fps")
-    if len(spec.questions) > s.max_questions:
-        raise InvalidRequestError(
-            f"{len(spec.questions)} questions; the limit is {s.max_questions} (streams.max_questions)",
-            param="questions",
-        )
-    if any(len(q) > lim.max_question_chars for q in spec.questions):
-        raise PayloadTooLargeError(
-            f"a question is longer than {lim.max_question_chars} characters (limits.max_question_chars)",
-            param="questions",
-        )
-    if spec.max_tokens is not None and spec.max_tokens > lim.max_tokens:
-        raise InvalidRequestError(
-            f"max_tokens is {spec.max_tokens}; the limit is {lim.max_tokens} (limits.max_tokens)", param="max_tokens"
-        )
+    check_stream_limits(spec, config)
+    lim = config.limits
     try:
         if "://" in spec.url:
             check_url(spec.url, config.sources)
@@ -146,10 +118,10 @@ class StreamsServing:
         self.runner = runner
         self.config = runner.config
         self.worker = worker
-        self.subscribers = 0
 
     async def create(self, request: Request) -> Response:
         async def handle(req: Request, ctx: RequestContext) -> Response:
+            require_json(req)  # security: a web page cannot send application/json cross-site without a preflight
             body = parse_json_object(await read_body(req, MAX_BODY_BYTES))
             spec = await asyncio.to_thread(validate_stream, body, self.config)  # DNS lookups off the loop
             status = _value(await self.worker.create.remote(spec))
@@ -204,49 +176,40 @@ class StreamsServing:
                 raise InvalidRequestError(
                     "Last-Event-ID must be an event id (an integer)", param="Last-Event-ID"
                 ) from None
-            cap = self.config.streams.max_subscribers
-            if self.subscribers >= cap:
-                raise OverloadedError(
-                    f"{self.subscribers} event subscribers are connected; the limit is {cap} (streams.max_subscribers)",
-                    retry_after_s=5,
-                )
+            # The subscriber cap is the admission guard's (streams.max_subscribers, taken before any await).
             # The first poll answers at once: a 404 for an unknown stream is a status, not an event.
             first: EventBatch = _value(await self.worker.events.remote(after, stream_id, 0.0))
-            self.subscribers += 1
             return StreamingResponse(self._events(first, stream_id), media_type="text/event-stream",
                                      headers={"cache-control": "no-store", "x-accel-buffering": "no"})
 
         return await self.runner.run(request, route, handle)
 
     async def _events(self, batch: EventBatch, stream_id: str | None) -> AsyncIterator[bytes]:
-        try:
-            last = batch.last_id
-            yield b": stream of events; reconnect with Last-Event-ID to resume\n\n"
-            while True:
-                if batch.missed:
-                    yield b": some events fell out of the server's history\n\n"
-                for e in batch.events:
-                    yield sse_frame(e)
-                    last = e.id
-                if not batch.events:
-                    yield b": keep-alive\n\n"
-                    last = max(last, batch.last_id)
-                try:
-                    result = await self.worker.events.remote(last, stream_id, POLL_S)
-                except Exception as e:  # noqa: BLE001 - the worker replica died or is being replaced
-                    logger.info("event stream ended: stream worker unavailable (%s)", type(e).__name__)
-                    yield (
-                        b'event: error\ndata: {"error": {"type": "overloaded", "message": '
-                        b'"the stream worker is restarting; reconnect with Last-Event-ID", "param": null}}\n\n'
-                    )
-                    return
-                if isinstance(result, ErrorInfo):  # the stream was deleted
-                    gone = {"error": {"type": result.type, "message": "stream gone", "param": None}}
-                    yield f"event: error\ndata: {json.dumps(gone)}\n\n".encode()
-                    return
-                batch = result
-        finally:
-            self.subscribers -= 1
+        last = batch.last_id
+        yield b": stream of events; reconnect with Last-Event-ID to resume\n\n"
+        while True:
+            if batch.missed:
+                yield b": some events fell out of the server's history\n\n"
+            for e in batch.events:
+                yield sse_frame(e)
+                last = e.id
+            if not batch.events:
+                yield b": keep-alive\n\n"
+                last = max(last, batch.last_id)
+            try:
+                result = await self.worker.events.remote(last, stream_id, POLL_S)
+            except Exception as e:  # noqa: BLE001 - the worker replica died or is being replaced
+                logger.info("event stream ended: stream worker unavailable (%s)", type(e).__name__)
+                yield (
+                    b'event: error\ndata: {"error": {"type": "overloaded", "message": '
+                    b'"the stream worker is restarting; reconnect with Last-Event-ID", "param": null}}\n\n'
+                )
+                return
+            if isinstance(result, ErrorInfo):  # the stream was deleted
+                gone = {"error": {"type": result.type, "message": "stream gone", "param": None}}
+                yield f"event: error\ndata: {json.dumps(gone)}\n\n".encode()
+                return
+            batch = result
 
 
 #: The dashboard's script and style sheet: route (the page names them relative to its own path, so it

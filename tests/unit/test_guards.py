@@ -152,6 +152,11 @@ def test_large_bodies_are_limited_in_number():
     assert guard.state.large_in_flight == 0
 
 
+def guard_for(app, paths, **kw):
+    """An admission guard that admits only ``paths``, all of them clip routes."""
+    return AdmissionGuard(app, lambda path: path not in paths, paths, **kw)
+
+
 def hold_app(release: asyncio.Event, status=200):
     async def app(sc, receive, send):
         await release.wait()
@@ -164,7 +169,7 @@ def hold_app(release: asyncio.Event, status=200):
 def test_admission_refuses_before_the_body_globally_and_per_client():
     async def run():
         release = asyncio.Event()
-        guard = AdmissionGuard(hold_app(release), {"/v1/video/query"}, max_in_flight=3, max_per_client=2,
+        guard = guard_for(hold_app(release), {"/v1/video/query"}, max_in_flight=3, max_per_client=2,
                                client_key=client_key, retry_after_s=2, reject=reject)
         a, b, c = ("10.0.0.1", 1), ("10.0.0.2", 1), ("10.0.0.3", 1)
         held = [asyncio.create_task(call(guard, scope(client=x), chunks([]))) for x in (a, a)]
@@ -190,11 +195,11 @@ def test_admission_refuses_before_the_body_globally_and_per_client():
 def test_admission_passes_other_paths_untouched():
     async def run():
         release = asyncio.Event()
-        guard = AdmissionGuard(hold_app(release), {"/v1/video/query"}, max_in_flight=1, max_per_client=None,
+        guard = guard_for(hold_app(release), {"/v1/video/query"}, max_in_flight=1, max_per_client=None,
                                client_key=client_key, retry_after_s=1, reject=reject)
         held = asyncio.create_task(call(guard, scope(), chunks([])))
         await asyncio.sleep(0.01)
-        health_guard = AdmissionGuard(body_reader(None), {"/v1/video/query"}, max_in_flight=0,
+        health_guard = guard_for(body_reader(None), {"/v1/video/query"}, max_in_flight=0,
                                       max_per_client=None, client_key=client_key, retry_after_s=1, reject=reject)
         health = await call(health_guard, scope(path="/healthz"), chunks([]))
         release.set()
@@ -217,7 +222,7 @@ def test_a_refusal_for_load_refuses_the_next_request_before_its_body_until_one_f
             await send({"type": "http.response.start", "status": status, "headers": []})
             await send({"type": "http.response.body", "body": b""})
 
-        guard = AdmissionGuard(app, {"/q"}, max_in_flight=10, max_per_client=None, client_key=client_key,
+        guard = guard_for(app, {"/q"}, max_in_flight=10, max_per_client=None, client_key=client_key,
                                retry_after_s=5, reject=reject, clock=lambda: now[0])
         first = await call(guard, scope("/q"), chunks([]))  # the pipeline answered 503
         receive = chunks([100])
@@ -309,7 +314,7 @@ def test_a_503_that_is_not_a_full_queue_does_not_refuse_the_next_request():
             await send({"type": "http.response.start", "status": 503, "headers": []})
             await send({"type": "http.response.body", "body": b""})
 
-        guard = AdmissionGuard(app, {"/q"}, max_in_flight=10, max_per_client=None, client_key=client_key,
+        guard = guard_for(app, {"/q"}, max_in_flight=10, max_per_client=None, client_key=client_key,
                                retry_after_s=60, reject=reject)
         await call(guard, scope("/q"), chunks([]))
         receive = chunks([10])
@@ -338,7 +343,7 @@ def test_an_abandoned_request_ends_the_saturation_too():
             await send({"type": "http.response.start", "status": status, "headers": []})
             await send({"type": "http.response.body", "body": b""})
 
-        guard = AdmissionGuard(app, {"/q/held", "/q/full", "/q/ok"}, max_in_flight=10, max_per_client=None,
+        guard = guard_for(app, {"/q/held", "/q/full", "/q/ok"}, max_in_flight=10, max_per_client=None,
                                client_key=client_key, retry_after_s=60, reject=reject)
         held = asyncio.create_task(call(guard, scope("/q/held"), chunks([])))
         await asyncio.sleep(0.01)
@@ -352,3 +357,203 @@ def test_an_abandoned_request_ends_the_saturation_too():
 
     full, refused, admitted = asyncio.run(run())
     assert (full[0], refused[0], admitted[0]) == (503, 503, 200)
+
+
+# --- issue 25, item 2: every route through the same gate -----------------------------------------------
+
+
+def configured_guards(app, **config):
+    """The ingress's guard stack (serve_app.serving.guards) around ``app``, API key off."""
+    from starlette.middleware import Middleware
+
+    from serve_app.auth import ApiKey
+    from serve_app.config import AppConfig
+    from serve_app.serving.guards import guard_middleware
+
+    cfg = AppConfig.model_validate(config)
+
+    class PassThrough:
+        def __init__(self, app):
+            self.app = app
+
+        async def __call__(self, sc, receive, send):
+            await self.app(sc, receive, send)
+
+    stack = guard_middleware(cfg, ApiKey(None), Middleware(PassThrough), reject)
+    for m in reversed(stack):
+        app = m.cls(app, *m.args, **m.kwargs)
+    return app
+
+
+@pytest.mark.parametrize(("method", "path"), [
+    ("POST", "/v1/streams"), ("DELETE", "/v1/streams/str_1"), ("GET", "/v1/streams"), ("GET", "/"),
+    ("POST", "/v1/video/query"), ("POST", "/v1/chat/completions"), ("POST", "/v1/nowhere"),
+])  # fmt: skip
+def test_every_route_but_health_and_subscriptions_is_admitted_before_its_body(method, path):
+    """80 slow POST /v1/streams bodies took every Serve slot (only the two clip routes were admitted), so
+    /healthz timed out; now every route counts against ingress.max_ongoing_requests, before its body."""
+
+    async def run():
+        release = asyncio.Event()
+        held_app = hold_app(release)
+
+        async def app(sc, receive, send):  # the slow registrations wait; everything else answers at once
+            if sc["method"] == "POST" and sc["path"] == "/v1/streams":
+                await held_app(sc, receive, send)
+            else:
+                await body_reader(None)(sc, receive, send)
+
+        guarded = configured_guards(app, ingress={"max_ongoing_requests": 2})
+        held = [asyncio.create_task(call(guarded, {**scope("/v1/streams", client=(f"10.0.0.{i}", 1)), "method": "POST"},
+                                         chunks([1], forever=True))) for i in range(2)]  # fmt: skip
+        await asyncio.sleep(0.01)
+        receive = chunks([100])
+        refused = await call(guarded, {**scope(path), "method": method}, receive)
+        health = [await call(guarded, {**scope(p), "method": "GET"}, chunks([])) for p in
+                  ("/healthz", "/readyz", "/v1/models", "/v1/models/m", "/v1/events", "/v1/streams/str_1/events")]
+        release.set()
+        await asyncio.gather(*held)
+        return refused, receive, health
+
+    refused, receive, health = asyncio.run(run())
+    assert refused[0] == 503 and receive.counter["read"] == 0
+    assert "ingress.max_ongoing_requests" in json.loads(refused[2])["error"]["message"]
+    assert all(h[0] == 200 for h in health)
+
+
+def test_the_per_client_limit_counts_requests_with_a_body_on_every_route():
+    async def run():
+        release = asyncio.Event()
+        guarded = configured_guards(hold_app(release), security={"max_requests_per_client": 1})
+        held = asyncio.create_task(call(guarded, {**scope("/v1/streams"), "method": "POST"}, chunks([])))
+        await asyncio.sleep(0.01)
+        second = await call(guarded, {**scope("/v1/video/query"), "method": "POST"}, chunks([]))
+        listing = asyncio.create_task(call(guarded, {**scope("/v1/streams"), "method": "GET"}, chunks([])))
+        await asyncio.sleep(0.01)
+        release.set()
+        return second, await listing, await held
+
+    second, listing, held = asyncio.run(run())
+    assert second[0] == 429 and listing[0] == 200 and held[0] == 200
+
+
+def test_a_stream_registration_body_over_its_limit_is_413_before_it_is_read():
+    async def run():
+        guarded = configured_guards(reading_app)
+        receive = chunks([10])
+        sc = {**scope("/v1/streams", headers=[("content-length", str(10**6))]), "method": "POST"}
+        return await call(guarded, sc, receive), receive
+
+    (status, _, body), receive = asyncio.run(run())
+    assert status == 413 and receive.counter["read"] == 0 and "65536" in json.loads(body)["error"]["message"]
+
+
+def test_serve_slots_keep_the_reserved_ones_free_of_subscribers():
+    """The subscriber cap (16) equalled the reserved health slots (16): 16 subscribers and 64 uploads held
+    all 80. Serve's slots are now the admitted requests + the subscribers + the reserved ones."""
+    from serve_app.config import AppConfig
+    from serve_app.serving.guards import ingress_slots
+
+    cfg = AppConfig.model_validate({"ingress": {"max_ongoing_requests": 64}})
+    assert ingress_slots(cfg) == 64 + cfg.streams.max_subscribers + cfg.security.reserved_slots
+    off = AppConfig.model_validate({"ingress": {"max_ongoing_requests": 64}, "streams": {"max_streams": 0}})
+    assert ingress_slots(off) == 64 + off.security.reserved_slots
+
+
+# --- issue 25, item 4: the subscriber cap under concurrency -----------------------------------------------
+
+
+@pytest.mark.parametrize("attempts", [40, 90])
+def test_simultaneous_subscriptions_never_overshoot_the_cap(attempts):
+    """40 of 40 and 46 of 90 simultaneous GET /v1/events got in with a cap of 16: the route checked the
+    count, awaited the stream worker's first poll, then counted. The guard now takes the place first."""
+
+    async def run():
+        release = asyncio.Event()
+        admitted = []
+
+        async def events_app(sc, receive, send):
+            await asyncio.sleep(0.01)  # the first poll of the stream worker
+            admitted.append(1)
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await release.wait()  # the event stream, until its client leaves
+            await send({"type": "http.response.body", "body": b""})
+
+        guarded = configured_guards(events_app, streams={"max_subscribers": 16})
+        tasks = [asyncio.create_task(call(guarded, scope("/v1/events"), chunks([]))) for _ in range(attempts)]
+        refused = []
+        while len(admitted) + len(refused) < attempts:
+            await asyncio.sleep(0.01)
+            refused = [t for t in tasks if t.done()]
+        statuses_refused = [t.result()[0] for t in refused]
+        release.set()
+        await asyncio.gather(*tasks)
+        return len(admitted), statuses_refused, guarded
+
+    admitted, refused, _ = asyncio.run(run())
+    assert admitted == 16 and refused == [503] * (attempts - 16)
+
+
+def test_a_subscription_that_fails_gives_its_place_back():
+    async def run():
+        async def failing(sc, receive, send):
+            raise RuntimeError("the stream worker is gone")
+
+        async def ok(sc, receive, send):
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b""})
+
+        guard = AdmissionGuard(failing, lambda p: False, (), max_in_flight=10, max_per_client=None,
+                               client_key=client_key, retry_after_s=1, reject=reject,
+                               subscriber=lambda p: p == "/v1/events", max_subscribers=1)
+        with pytest.raises(RuntimeError):
+            await call(guard, scope("/v1/events"), chunks([]))
+        guard.app = ok
+        return await call(guard, scope("/v1/events"), chunks([])), guard.state
+
+    answer, state = asyncio.run(run())
+    assert answer[0] == 200 and state.subscribers == 0
+
+
+# --- issue 25, item 8: cross-site request forgery ------------------------------------------------------
+
+
+@pytest.mark.parametrize(("method", "headers", "refused"), [
+    ("POST", {"origin": "https://evil.example"}, True),
+    ("POST", {"sec-fetch-site": "cross-site"}, True),
+    ("POST", {"sec-fetch-site": "same-site", "origin": "http://other.local:8000"}, True),
+    ("POST", {"origin": "null"}, True),  # a sandboxed iframe or a file:// page
+    ("DELETE", {"origin": "https://evil.example", "sec-fetch-site": "cross-site"}, True),
+    ("PUT", {"origin": "http://127.0.0.1:8001"}, True),  # another port is another origin
+    ("POST", {"origin": "http://127.0.0.1:8000"}, False),  # the dashboard's own origin
+    ("POST", {"origin": "http://127.0.0.1:8000", "sec-fetch-site": "same-origin"}, False),
+    ("POST", {"sec-fetch-site": "none"}, False),  # typed by the user
+    ("POST", {}, False),  # curl, SDKs
+    ("POST", {"origin": "https://cams.example.com", "sec-fetch-site": "cross-site"}, False),  # allowed
+    ("POST", {"origin": "HTTPS://Cams.Example.com:443"}, False),
+    ("GET", {"origin": "https://evil.example", "sec-fetch-site": "cross-site"}, False),  # reads change nothing
+])  # fmt: skip
+def test_state_changing_requests_from_other_sites_are_refused(method, headers, refused):
+    from serve_app.guards import CrossSiteGuard
+
+    async def run():
+        guard = CrossSiteGuard(body_reader(None), ["https://cams.example.com/"], reject)
+        sc = {**scope("/v1/streams", headers=[("host", "127.0.0.1:8000"), *headers.items()]), "method": method}
+        receive = chunks([10])
+        return await call(guard, sc, receive), receive
+
+    (status, _, body), receive = asyncio.run(run())
+    if refused:
+        err = json.loads(body)["error"]
+        assert status == 403 and err["type"] == "cross_site_request" and receive.counter["read"] == 0
+        assert "security.allowed_origins" in err["message"] and "evil" not in err["message"]
+    else:
+        assert status == 200
+
+
+def test_the_origin_of_a_header_or_a_setting():
+    from serve_app.guards import origin_of
+
+    assert origin_of("HTTP://Example.COM:80/") == "http://example.com"
+    assert origin_of("https://[::1]:8443") == "https://[::1]:8443"
+    assert origin_of("null") is None and origin_of("file:///x") is None and origin_of("http://[::1") is None

@@ -1,0 +1,49 @@
+"""Issue 25, item 5: a deployment block given in part keeps the defaults of the keys it leaves out."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from serve_app.config import DEPLOYMENT_DEFAULTS, AppConfig, app_config_from_file
+
+BLOCKS = sorted(DEPLOYMENT_DEFAULTS)
+
+
+@pytest.mark.parametrize("block", BLOCKS)
+def test_a_partial_block_keeps_every_other_default(block):
+    """configs/cpu.yaml's `stream_worker: {num_cpus: 0.2, num_replicas: 1}` made pydantic fall back to
+    DeploymentOptions' max_ongoing_requests 8 (not the block's 256)."""
+    default = getattr(AppConfig(), block)
+    partial = getattr(AppConfig.model_validate({block: {"num_cpus": 0.25}}), block)
+    assert partial.num_cpus == 0.25
+    assert partial.model_dump(exclude={"num_cpus"}) == default.model_dump(exclude={"num_cpus"})
+
+
+@pytest.mark.parametrize("block", BLOCKS)
+def test_a_block_that_picks_its_scaling_mode_drops_the_other(block):
+    fixed = getattr(AppConfig.model_validate({block: {"num_replicas": 3}}), block)
+    assert fixed.num_replicas == 3 and fixed.autoscaling_config is None
+    auto = getattr(AppConfig.model_validate({block: {"autoscaling_config": {"min_replicas": 1}}}), block)
+    assert auto.num_replicas is None and auto.autoscaling_config == {"min_replicas": 1}
+
+
+def test_the_shipped_cpu_config_keeps_the_stream_worker_s_capacity():
+    cfg = app_config_from_file("configs/cpu.yaml")
+    assert cfg.stream_worker.num_cpus == 0.2 and cfg.stream_worker.max_ongoing_requests == 256
+
+
+def test_a_dumped_config_loads_back_unchanged():
+    cfg = app_config_from_file("configs/cpu.yaml")
+    assert AppConfig.model_validate(cfg.model_dump(mode="json")) == cfg
+
+
+def test_the_stream_worker_must_hold_a_long_poll_per_subscriber_with_headroom():
+    with pytest.raises(ValidationError, match=r"stream_worker\.max_ongoing_requests 24 is under 32"):
+        AppConfig.model_validate({"stream_worker": {"max_ongoing_requests": 24}, "streams": {"max_subscribers": 16}})
+    with pytest.raises(ValidationError, match=r"under 80.*4 ingress replica"):
+        AppConfig.model_validate({
+            "ingress": {"autoscaling_config": {"min_replicas": 1, "max_replicas": 4}},
+            "stream_worker": {"max_ongoing_requests": 64}, "streams": {"max_subscribers": 16},
+        })  # fmt: skip
+    assert AppConfig.model_validate({"stream_worker": {"max_ongoing_requests": 8}, "streams": {"max_streams": 0}})
