@@ -34,6 +34,7 @@ import av
 import numpy as np
 from av.video.reformatter import VideoReformatter
 
+from serve_app.guards import log_safe
 from serve_app.config import AppConfig
 from serve_app.container import configure_decoder, video_stream
 from serve_app.decoder import DecodedClip
@@ -310,7 +311,9 @@ class CameraReader:
                 delay = self.backoff.delay_s(attempt)
                 attempt += 1
                 self.reconnects += 1
-                logger.info("stream %s: %s; reconnecting in %.1f s", self.spec.name or "-", msg, delay)
+                logger.info(
+                    "stream %s: %s; reconnecting in %.1f s", log_safe(self.spec.name or "-"), log_safe(msg), delay
+                )
                 self.on_state("reconnecting", msg)
                 self.cutter.reset()
                 if self._stop.wait(delay):

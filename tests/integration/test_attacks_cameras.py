@@ -319,3 +319,13 @@ def test_a_tiny_temperature_is_greedy_and_a_tiny_repetition_penalty_is_400(app):
     })  # fmt: skip
     assert (greedy.status_code, penalty.status_code, chat.status_code) == (200, 400, 200), (greedy.text, chat.text)
     assert penalty.json()["error"]["param"] == "repetition_penalty"
+
+
+# --- item 11: log lines forged through a stream's name ------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["cam\n2026-01-01 00:00:00 INFO request forged -> 200", "cam\x1b[2J", "cam\x00"])
+def test_a_stream_name_with_control_characters_is_400(app, cleanup, name):
+    r = register(app, name=name, window_s=1, fps=1)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == "name" and "forged" not in r.text
