@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import re
 import stat
 import socket
 import ssl
@@ -72,6 +73,25 @@ class ClipSource:
         if self.data is not None:
             return "video"
         return "video_path" if self.path is not None else "video_url"
+
+
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
+
+
+def url_scheme(value: str) -> str | None:
+    """The scheme of ``value``, lower case, if it is a URL (``scheme://…``); None if it is a file path.
+
+    The one place that tells a URL from a path: ``HTTP://cam/x`` is a URL everywhere (was: a URL when a
+    stream was registered, a file path when its reader opened it), ``dir/a://b`` a path.
+    """
+    head, sep, _ = value.partition("://")
+    return head.lower() if sep and _SCHEME.fullmatch(head) else None
+
+
+def normalize_url(value: str) -> str:
+    """``value`` with its URL scheme in lower case (a file path is returned as it is)."""
+    scheme = url_scheme(value)
+    return value if scheme is None else scheme + value[len(scheme) :]
 
 
 #: Longest ``video_path`` accepted, in characters (Linux's PATH_MAX).

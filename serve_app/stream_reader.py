@@ -43,7 +43,7 @@ from serve_app.frames import FrameStore, apply_display
 from serve_app.frame_sampling import even_frame_count
 from serve_app.http_source import PinnedHttpBody
 from serve_app.rtsp_relay import RtspRelay
-from serve_app.sources import check_url, resolve_local_path
+from serve_app.sources import check_url, normalize_url, resolve_local_path, url_scheme
 from serve_app.stream_core import Backoff, Window, WindowCutter
 from serve_app.stream_protocol import StreamCreate, StreamState
 from serve_app.stream_rules import frame_area_bound, frames_per_window
@@ -258,6 +258,7 @@ class CameraReader:
         on_frame: Callable[[], None] = lambda: None,
     ):
         self.spec, self.config = spec, config
+        self.scheme = url_scheme(spec.url)  # None: a file path (serve_app.sources.url_scheme decides, once)
         self.on_window, self.on_state, self.on_frame = on_window, on_state, on_frame
         every_s = spec.every_s or spec.window_s
         self.held = HeldFrames(frames_per_window(spec.window_s, spec.fps), config)
@@ -295,7 +296,7 @@ class CameraReader:
                 if self.spec.loop and got_frames:
                     attempt = 0
                     continue  # replay from the start; stream time keeps counting
-                if self.spec.url.startswith(("rtsp:", "http:", "https:")) or self.spec.loop:
+                if self.scheme is not None or self.spec.loop:
                     raise ConnectionError("the stream ended")
                 self.on_state("failed", "the file ended (loop is off)")
                 return
@@ -328,11 +329,11 @@ class CameraReader:
         verified for the host name) that PyAV demuxes as a file. Both are closed with the container
         (:meth:`_close_source`).
         """
-        cfg, url = self.config, self.spec.url
+        cfg, url = self.config, normalize_url(self.spec.url)
         s = cfg.streams
         timeout = (cfg.sources.rtsp_open_timeout_s, s.read_timeout_s)
         try:
-            if url.startswith(("rtsp:", "http:", "https:")):
+            if self.scheme is not None:
                 checked = check_url(url, cfg.sources)
                 if checked.scheme == "rtsp":
                     opts = {
@@ -387,10 +388,10 @@ class CameraReader:
             configure_decoder(stream, self.config.decode.threads)
             tb = float(stream.time_base or 0) or 1 / 90000
             rate = float(stream.average_rate) if stream.average_rate else None
-            is_file = not self.spec.url.startswith(("rtsp:", "http:", "https:"))
+            is_file = self.scheme is None
             # Files and HTTP sources (a progressive MP4 may be a file on a web server) are paced by their
             # timestamps; an RTSP camera paces itself.
-            paced = not self.spec.url.startswith("rtsp:")
+            paced = self.scheme != "rtsp"
             # A new connection continues stream time where the last one stopped (plus the wall-clock gap).
             if self._last_wall:
                 self._offset_s = self._last_t + max(

@@ -329,3 +329,20 @@ def test_a_stream_name_with_control_characters_is_400(app, cleanup, name):
     r = register(app, name=name, window_s=1, fps=1)
     assert r.status_code == 400, r.text
     assert r.json()["error"]["param"] == "name" and "forged" not in r.text
+
+
+# --- item 14: a URL at registration, a file path in the reader ---------------------------------------
+
+
+def test_an_upper_case_url_scheme_is_a_camera_everywhere(app, cleanup):
+    r = register(app, url=DEAD_CAMERA.replace("rtsp://", "RTSP://"), window_s=1, fps=1)
+    assert r.status_code == 201, r.text
+    sid = r.json()["id"]
+    assert r.json()["url"] == DEAD_CAMERA
+    status = r.json()
+    for _ in range(120):  # until the reader has tried the camera once (bounded)
+        status = httpx.get(f"{app}/v1/streams/{sid}", timeout=30).json()
+        if status["last_error"]:
+            break
+        time.sleep(0.25)
+    assert status["state"] != "failed" and "allowed roots" not in (status["last_error"] or ""), status
