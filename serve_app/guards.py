@@ -4,6 +4,8 @@ Each middleware answers a hostile or overloading request itself, in the
 project's error shape, through a ``reject(scope, receive, send, error)``
 callback (the ingress's, which counts and logs it):
 
+* :class:`DisconnectAsEnd`: a client that went away reaches the routes as an
+  ``http.disconnect`` message (Ray's replica raised ``TaskCancelledError`` from ``receive``).
 * :class:`ControlHeaderGuard`: Ray Serve's per-request control headers
   (``x-request-disconnect-disabled`` turns off cancellation on disconnect,
   ``x-request-timeout-seconds`` …) are the operator's, not the client's: 400
@@ -120,6 +122,50 @@ def has_control_chars(text: str, allow: str = "") -> bool:
     """True if ``text`` holds a character of :data:`CONTROL_CHARS` other than those in ``allow``
     (e.g. :data:`TEXT_LAYOUT` for questions, which may have lines)."""
     return any(ord(c) in CONTROL_CHARS and c not in allow for c in text)
+
+
+# --------------------------------------------------------------------------- client disconnects
+
+
+class DisconnectAsEnd:
+    """ASGI middleware: a client that went away is an ``http.disconnect`` message, never an exception.
+
+    Ray Serve's replica reads a request's ASGI messages from its proxy; once the client has gone the
+    proxy cancels that read, and the replica's ``receive()`` raises Ray's ``TaskCancelledError``
+    instead of returning ``http.disconnect``. Starlette's event streams (which listen for the
+    disconnect) and body reads then failed with it: closing many event subscriptions logged
+    ``ERROR … Request failed`` with ``TaskCancelledError`` tracebacks and "Future exception was never
+    retrieved"; a body cut off by its client could be a 500. Here those errors become the disconnect
+    message, which Starlette handles as the normal end it is (an event stream stops, a body read
+    raises ``ClientDisconnect``: 499).
+
+    Args:
+        app: the wrapped ASGI app.
+        disconnect_errors: exception types a ``receive()`` raises for a client that went away
+            (the ingress passes Ray's ``TaskCancelledError``).
+    """
+
+    def __init__(self, app: ASGIApp, disconnect_errors: tuple[type[BaseException], ...]):
+        self.app = app
+        self.errors = disconnect_errors
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not self.errors:
+            await self.app(scope, receive, send)
+            return
+        gone = False
+
+        async def receive_or_disconnect() -> Message:
+            nonlocal gone
+            if gone:
+                return {"type": "http.disconnect"}
+            try:
+                return await receive()
+            except self.errors:
+                gone = True
+                return {"type": "http.disconnect"}
+
+        await self.app(scope, receive_or_disconnect, send)
 
 
 # --------------------------------------------------------------------------- control headers

@@ -346,3 +346,38 @@ def test_an_upper_case_url_scheme_is_a_camera_everywhere(app, cleanup):
             break
         time.sleep(0.25)
     assert status["state"] != "failed" and "allowed roots" not in (status["last_error"] or ""), status
+
+
+# --- item 15: closing event streams logged errors ----------------------------------------------------
+
+#: What closing subscriptions wrote to the ingress replica's logs before the fix.
+DISCONNECT_NOISE = ("TaskCancelledError", "Future exception was never retrieved", "Request failed")
+
+
+def ingress_log_noise() -> int:
+    """Lines of :data:`DISCONNECT_NOISE` in this app's ingress replica logs (this test session's Ray)."""
+    import glob
+    import os
+
+    import ray
+
+    logs = os.path.join(ray._private.worker._global_node.get_session_dir_path(), "logs")
+    n = 0
+    for path in glob.glob(os.path.join(logs, "worker-*")) + glob.glob(os.path.join(logs, "serve", "replica_*")):
+        with open(path, errors="replace") as f:
+            text = f.read()
+        if "cameras:Ingress" in text or "cameras_Ingress" in text:
+            n += sum(text.count(k) for k in DISCONNECT_NOISE)
+    return n
+
+
+def test_closing_many_event_streams_is_a_normal_end(app):
+    before = ingress_log_noise()
+    for _ in range(3):
+        subs = subscribers(app, SUBSCRIBERS)
+        for s in subs:
+            s.close()
+    for s in subscribers(app, SUBSCRIBERS):  # every place came free again: the closed ones have ended
+        s.close()
+    time.sleep(2)  # (the replica's log lines reach their files)
+    assert ingress_log_noise() == before
