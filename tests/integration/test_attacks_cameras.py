@@ -381,3 +381,32 @@ def test_closing_many_event_streams_is_a_normal_end(app):
         s.close()
     time.sleep(2)  # (the replica's log lines reach their files)
     assert ingress_log_noise() == before
+
+
+# --- item 16: cameras that say what is wrong -----------------------------------------------------------
+
+
+def wait_state(app: str, sid: str, state: str, tries: int = 120) -> dict:
+    status: dict = {}
+    for _ in range(tries):  # bounded
+        status = httpx.get(f"{app}/v1/streams/{sid}", timeout=30).json()
+        if status["state"] == state:
+            break
+        time.sleep(0.25)
+    return status
+
+
+def test_a_text_file_registered_as_a_camera_fails_with_the_reason(app, cleanup):
+    """It was accepted and stayed `reconnecting` forever."""
+    r = register(app, url="ATTRIBUTION.md", window_s=1, fps=1)
+    assert r.status_code == 201, r.text
+    status = wait_state(app, r.json()["id"], "failed")
+    assert status["state"] == "failed" and status["reconnects"] == 0, status
+    assert "not a readable video container" in status["last_error"]
+
+
+def test_an_unresolvable_camera_host_is_not_a_clip_error(app, cleanup):
+    r = register(app, url="rtsp://nowhere.invalid/cam", window_s=1, fps=1)
+    assert r.status_code == 422, r.text
+    err = r.json()["error"]
+    assert (err["type"], err["param"]) == ("unresolvable_host", "url") and "clip" not in err["message"]
