@@ -551,6 +551,13 @@ class StreamsConfig(_Model):
     read_timeout_s: float = Field(
         5.0, gt=0, description="Seconds without a packet before a camera counts as stalled and is reconnected."
     )
+    max_failed_connects: int = Field(
+        20,
+        ge=0,
+        description="Connection attempts in a row that bring no frame before a stream is failed (state failed, "
+        "with the last error; with the backoff's 10-s cap about 3 minutes); 0: retry forever. Errors no retry "
+        "can fix (not a video, no video stream, a forbidden source) fail a stream at once.",
+    )
     webhook_timeout_s: float = Field(5.0, gt=0, description="Seconds one webhook delivery may take.")
     webhook_retries: int = Field(3, ge=0, le=10, description="Retries of a failed webhook delivery (with backoff).")
 

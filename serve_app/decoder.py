@@ -52,6 +52,7 @@ from pathlib import Path
 
 import numpy as np
 
+from serve_app.guards import log_safe
 from serve_app.config import DecodeConfig, LimitsConfig
 from serve_app.container import check_frame_limits, configure_decoder, open_container, video_stream
 from serve_app.decode_passes import PacketIndex, decode_plain, decode_planned, demux, error_warning, frame_rate
@@ -313,7 +314,7 @@ def decode_clip(
         where = f" in [{grid.start_s:.2f}, {grid.start_s + grid.count * grid.step_s:.2f}) s"
         raise UnprocessableClipError(f"fewer than 2 frames could be decoded{where}{why}", param="video")
     for w in warnings:
-        logger.info("partial clip: %s", w)
+        logger.info("partial clip: %s", log_safe(w, limit=500))
     return DecodedClip.from_store(
         store,
         fps=grid.fps,

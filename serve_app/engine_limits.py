@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 
+from serve_app.guards import log_safe
 from serve_app.engines.base import EngineDeadError
 from serve_app.errors import ErrorInfo, InvalidRequestError, OverloadedError, internal_error
 from serve_app.frame_sampling import video_tokens
@@ -71,11 +72,11 @@ def engine_error(exc: BaseException, request_id: str, retry_after_s: int = 1) ->
     the engine's (503, ``Retry-After``); anything else is a bug (500 with the request id only).
     """
     if isinstance(exc, EngineDeadError):
-        logger.error("request %s: engine dead: %s", request_id, exc)
+        logger.error("request %s: engine dead: %s", log_safe(request_id), exc)
         return OverloadedError("the model replica is restarting; retry", retry_after_s=retry_after_s).info()
     if isinstance(exc, (ValueError, TypeError)):
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
-        logger.info("request %s: the engine refused the request: %s", request_id, first)
+        logger.info("request %s: the engine refused the request: %s", log_safe(request_id), log_safe(first))
         return InvalidRequestError(f"the model cannot take this request: {first}").info()
-    logger.error("request %s: engine failure", request_id, exc_info=exc)
+    logger.error("request %s: engine failure", log_safe(request_id), exc_info=exc)
     return internal_error(request_id)

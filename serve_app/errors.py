@@ -91,6 +91,12 @@ class UnprocessableClipError(ServeAppError):
     status, type = 422, "unprocessable_clip"
 
 
+class UnresolvableHostError(UnprocessableClipError):
+    """422: a source URL's host name does not resolve (a clip URL, a camera or a webhook)."""
+
+    type = "unresolvable_host"
+
+
 class OverloadedError(ServeAppError):
     """503: queues are full or a replica is unavailable; carries ``Retry-After``."""
 

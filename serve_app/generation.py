@@ -21,6 +21,7 @@ import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Protocol
 
+from serve_app.guards import log_safe
 from serve_app.engine_limits import check_context, engine_error, text_tokens_estimate
 from serve_app.engines.base import Engine, GenerationRequest
 from serve_app.errors import InvalidRequestError
@@ -134,7 +135,7 @@ async def answer_stream(
         prompt=render_prompt(question.question, system_prompt, question.history),
         sampling=question.sampling,
     )
-    logger.debug("request %s: engine request id %s", rid, req.request_id)
+    logger.debug("request %s: engine request id %s", log_safe(rid), req.request_id)
     stops = StopScanner(question.sampling.stop) if question.sampling.stop else None
     t0 = time.perf_counter()
     queue_ms: float | None = None
@@ -203,7 +204,9 @@ async def answer_stream(
         if not finished:  # cancelled (client went away) or failed: free the engine slot
             metrics.done(outcome, completion_tokens=n_tokens)
             if outcome == "abort":
-                logger.info("request %s: cancelled after %d tokens; aborting it in the engine", rid, n_tokens)
+                logger.info(
+                    "request %s: cancelled after %d tokens; aborting it in the engine", log_safe(rid), n_tokens
+                )
         if not finished or stopped:
             await engine.abort(req.request_id)
         if stopped and isinstance(chunks, AsyncGenerator):  # let the engine's generator release what it holds now

@@ -4,6 +4,8 @@ Each middleware answers a hostile or overloading request itself, in the
 project's error shape, through a ``reject(scope, receive, send, error)``
 callback (the ingress's, which counts and logs it):
 
+* :class:`DisconnectAsEnd`: a client that went away reaches the routes as an
+  ``http.disconnect`` message (Ray's replica raised ``TaskCancelledError`` from ``receive``).
 * :class:`ControlHeaderGuard`: Ray Serve's per-request control headers
   (``x-request-disconnect-disabled`` turns off cancellation on disconnect,
   ``x-request-timeout-seconds`` …) are the operator's, not the client's: 400
@@ -93,15 +95,22 @@ def header_map(scope: Scope) -> Headers:
     return Headers(scope=scope)
 
 
-_CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F]}
+#: Characters that can end, split or rewrite a log line: C0 controls (tab, newline, ESC, NUL …), DEL, C1
+#: controls (NEL U+0085 among them) and Unicode's line and paragraph separators.
+CONTROL_CHARS = frozenset([*range(0x20), *range(0x7F, 0xA0), 0x2028, 0x2029])
+_CONTROL = {c: (f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}") for c in CONTROL_CHARS}
 _CONTROL.update({0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t"})
+#: What :func:`has_control_chars` lets through when ``allow`` is ``"text"``: the layout of free text.
+TEXT_LAYOUT = "\t\n\r"
 
 
 def log_safe(value: object, limit: int = 200) -> str:
-    """``value`` for one log line: control characters escaped (``\\n``, ``\\x1b``), cut to ``limit`` characters.
+    """``value`` for one log line: control characters escaped (``\\n``, ``\\x1b``, ``\\u2028``), cut to
+    ``limit`` characters.
 
-    A logged field (camera id, request id, file name, URL) can then neither end the
-    line and forge another one nor move the terminal's cursor.
+    A logged field (camera id, request id, stream name, file name, URL, a message quoting one) can
+    then neither end the line and forge another one nor move the terminal's cursor. The one helper
+    for every client-chosen value in a log line.
     """
     text = value if isinstance(value, str) else str(value)
     if len(text) > limit:
@@ -109,9 +118,54 @@ def log_safe(value: object, limit: int = 200) -> str:
     return text.translate(_CONTROL)
 
 
-def has_control_chars(text: str) -> bool:
-    """True if ``text`` holds a C0 control character (tab included) or DEL."""
-    return any(ord(c) < 0x20 or ord(c) == 0x7F for c in text)
+def has_control_chars(text: str, allow: str = "") -> bool:
+    """True if ``text`` holds a character of :data:`CONTROL_CHARS` other than those in ``allow``
+    (e.g. :data:`TEXT_LAYOUT` for questions, which may have lines)."""
+    return any(ord(c) in CONTROL_CHARS and c not in allow for c in text)
+
+
+# --------------------------------------------------------------------------- client disconnects
+
+
+class DisconnectAsEnd:
+    """ASGI middleware: a client that went away is an ``http.disconnect`` message, never an exception.
+
+    Ray Serve's replica reads a request's ASGI messages from its proxy; once the client has gone the
+    proxy cancels that read, and the replica's ``receive()`` raises Ray's ``TaskCancelledError``
+    instead of returning ``http.disconnect``. Starlette's event streams (which listen for the
+    disconnect) and body reads then failed with it: closing many event subscriptions logged
+    ``ERROR … Request failed`` with ``TaskCancelledError`` tracebacks and "Future exception was never
+    retrieved"; a body cut off by its client could be a 500. Here those errors become the disconnect
+    message, which Starlette handles as the normal end it is (an event stream stops, a body read
+    raises ``ClientDisconnect``: 499).
+
+    Args:
+        app: the wrapped ASGI app.
+        disconnect_errors: exception types a ``receive()`` raises for a client that went away
+            (the ingress passes Ray's ``TaskCancelledError``).
+    """
+
+    def __init__(self, app: ASGIApp, disconnect_errors: tuple[type[BaseException], ...]):
+        self.app = app
+        self.errors = disconnect_errors
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not self.errors:
+            await self.app(scope, receive, send)
+            return
+        gone = False
+
+        async def receive_or_disconnect() -> Message:
+            nonlocal gone
+            if gone:
+                return {"type": "http.disconnect"}
+            try:
+                return await receive()
+            except self.errors:
+                gone = True
+                return {"type": "http.disconnect"}
+
+        await self.app(scope, receive_or_disconnect, send)
 
 
 # --------------------------------------------------------------------------- control headers

@@ -21,6 +21,7 @@ from typing import Any
 from ray.exceptions import RayActorError, RayTaskError
 from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError
 
+from serve_app.guards import log_safe
 from serve_app.errors import ErrorInfo, OverloadedError, ServeAppError, UpstreamTimeoutError, internal_error
 from serve_app.protocol import ClipInfo, ClipQuestion, ClipSource, Delta, Done, ModelChunk, FrameSampling
 
@@ -177,14 +178,14 @@ def client_error(exc: BaseException, request_id: str, retry_after_s: int) -> Ser
         why = "queue full" if isinstance(exc, BackPressureError) else "deployment unavailable"
         return OverloadedError(f"server busy: {why}; retry after {retry_after_s} s", retry_after_s=retry_after_s)
     if isinstance(exc, RayActorError):
-        logger.warning("request %s: a replica died under it: %s", request_id, type(exc).__name__)
+        logger.warning("request %s: a replica died under it: %s", log_safe(request_id), type(exc).__name__)
         return OverloadedError(
             f"a replica serving this request failed and is being replaced; retry after {retry_after_s} s",
             retry_after_s=retry_after_s,
         )
     if isinstance(exc, TimeoutError):
         return UpstreamTimeoutError("request exceeded the server's request timeout")
-    logger.error("request %s failed", request_id, exc_info=exc)
+    logger.error("request %s failed", log_safe(request_id), exc_info=exc)
     return internal_error(request_id)
 
 

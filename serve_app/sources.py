@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import re
 import stat
 import socket
 import ssl
@@ -30,7 +31,7 @@ from serve_app.errors import (
     InvalidRequestError,
     NotFoundError,
     PayloadTooLargeError,
-    UnprocessableClipError,
+    UnresolvableHostError,
 )
 
 #: Default ports of the URL schemes (RFC 9110, RFC 7826).
@@ -72,6 +73,25 @@ class ClipSource:
         if self.data is not None:
             return "video"
         return "video_path" if self.path is not None else "video_url"
+
+
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
+
+
+def url_scheme(value: str) -> str | None:
+    """The scheme of ``value``, lower case, if it is a URL (``scheme://…``); None if it is a file path.
+
+    The one place that tells a URL from a path: ``HTTP://cam/x`` is a URL everywhere (was: a URL when a
+    stream was registered, a file path when its reader opened it), ``dir/a://b`` a path.
+    """
+    head, sep, _ = value.partition("://")
+    return head.lower() if sep and _SCHEME.fullmatch(head) else None
+
+
+def normalize_url(value: str) -> str:
+    """``value`` with its URL scheme in lower case (a file path is returned as it is)."""
+    scheme = url_scheme(value)
+    return value if scheme is None else scheme + value[len(scheme) :]
 
 
 #: Longest ``video_path`` accepted, in characters (Linux's PATH_MAX).
@@ -256,7 +276,7 @@ def check_url(url: str, sources: SourcesConfig, *, resolve=None) -> CheckedURL:
         ForbiddenSourceError (403): scheme not enabled, or the host resolves to a private,
             loopback, link-local or otherwise non-public address (any of its addresses) outside
             ``sources.allowed_networks`` while ``sources.allow_private_networks`` is off.
-        UnprocessableClipError (422): the host name does not resolve.
+        UnresolvableHostError (422, ``unresolvable_host``): the host name does not resolve.
     """
     try:
         parts = urlsplit(url)
@@ -280,10 +300,14 @@ def check_url(url: str, sources: SourcesConfig, *, resolve=None) -> CheckedURL:
     try:
         infos = (resolve or socket.getaddrinfo)(host, port, 0, socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError, OSError) as e:
-        raise UnprocessableClipError(f"cannot resolve the video_url host {host!r} ({e})", param="video_url") from None
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else type(e).__name__
+        raise UnresolvableHostError(
+            f"cannot resolve the video_url host {host!r} ({reason}): check the name, or use the address",
+            param="video_url",
+        ) from None
     addresses = tuple(dict.fromkeys(str(info[4][0]) for info in infos))
     if not addresses:
-        raise UnprocessableClipError(f"the video_url host {host!r} has no address", param="video_url")
+        raise UnresolvableHostError(f"the video_url host {host!r} has no address", param="video_url")
     if not sources.allow_private_networks:
         allowed = sources.allowed_networks
         for address in addresses:

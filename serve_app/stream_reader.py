@@ -17,8 +17,12 @@ Sources (each checked as one-off clips are, :mod:`serve_app.sources`):
   the checked address (:mod:`serve_app.http_source`; TLS verified for the host name).
 
 Failures (refused, stalled past ``streams.read_timeout_s``, the stream ended) are reported and
-retried after :class:`~serve_app.stream_core.Backoff` delays; errors retrying cannot fix (a
-path outside the roots, not a video) end in state ``failed``.
+retried after :class:`~serve_app.stream_core.Backoff` delays, until ``streams.max_failed_connects``
+attempts in a row brought no frame; errors retrying cannot fix end in state ``failed`` at once,
+with the reason: a path outside the roots, a file that is not a video (a text file, a playlist,
+a session description: files open through the clip routes' container allowlist,
+:func:`serve_app.container.open_container`), a stream without video, an HTTP body that is not
+what its first bytes say, an HTTP MP4 whose index sits at its end on a server without byte ranges.
 """
 
 from __future__ import annotations
@@ -34,15 +38,16 @@ import av
 import numpy as np
 from av.video.reformatter import VideoReformatter
 
+from serve_app.guards import log_safe
 from serve_app.config import AppConfig
-from serve_app.container import configure_decoder, video_stream
+from serve_app.container import configure_decoder, open_container, video_stream
 from serve_app.decoder import DecodedClip
 from serve_app.errors import ServeAppError, UnsupportedMediaError
 from serve_app.frames import FrameStore, apply_display
 from serve_app.frame_sampling import even_frame_count
 from serve_app.http_source import PinnedHttpBody
 from serve_app.rtsp_relay import RtspRelay
-from serve_app.sources import check_url, resolve_local_path
+from serve_app.sources import check_url, normalize_url, resolve_local_path, url_scheme
 from serve_app.stream_core import Backoff, Window, WindowCutter
 from serve_app.stream_protocol import StreamCreate, StreamState
 from serve_app.stream_rules import frame_area_bound, frames_per_window
@@ -188,6 +193,28 @@ class ReadyWindow:
 
 #: HTTP live formats a stream may use, by what their first bytes look like (FFmpeg demuxer names).
 HTTP_FORMATS = ("mov,mp4,m4a,3gp,3g2,mj2", "mpegts", "mpjpeg", "mjpeg")
+#: How messages name them.
+FORMAT_NAMES = {HTTP_FORMATS[0]: "an MP4", "mpegts": "an MPEG-TS stream", "mpjpeg": "an MJPEG stream",
+                "mjpeg": "an MJPEG stream"}  # fmt: skip
+
+
+def mp4_index_after_media(head: bytes) -> bool:
+    """Whether an MP4's top-level boxes in ``head`` (its first bytes) reach the media data (``mdat``)
+    before the index (``moov``): such a file can only be read by seeking to its end."""
+    pos = 0
+    while pos + 8 <= len(head):
+        size = int.from_bytes(head[pos : pos + 4], "big")
+        kind = head[pos + 4 : pos + 8]
+        if kind == b"moov":
+            return False
+        if kind == b"mdat":
+            return True
+        if size == 1 and pos + 16 <= len(head):  # a 64-bit size follows the type
+            size = int.from_bytes(head[pos + 8 : pos + 16], "big")
+        if size < 8:
+            return False  # to the end of the file, or malformed: let FFmpeg judge
+        pos += size
+    return False
 
 
 def sniff_http_format(head: bytes, content_type: str) -> str:
@@ -257,6 +284,7 @@ class CameraReader:
         on_frame: Callable[[], None] = lambda: None,
     ):
         self.spec, self.config = spec, config
+        self.scheme = url_scheme(spec.url)  # None: a file path (serve_app.sources.url_scheme decides, once)
         self.on_window, self.on_state, self.on_frame = on_window, on_state, on_frame
         every_s = spec.every_s or spec.window_s
         self.held = HeldFrames(frames_per_window(spec.window_s, spec.fps), config)
@@ -294,7 +322,7 @@ class CameraReader:
                 if self.spec.loop and got_frames:
                     attempt = 0
                     continue  # replay from the start; stream time keeps counting
-                if self.spec.url.startswith(("rtsp:", "http:", "https:")) or self.spec.loop:
+                if self.scheme is not None or self.spec.loop:
                     raise ConnectionError("the stream ended")
                 self.on_state("failed", "the file ended (loop is off)")
                 return
@@ -309,8 +337,18 @@ class CameraReader:
                     attempt = 0
                 delay = self.backoff.delay_s(attempt)
                 attempt += 1
+                limit = self.config.streams.max_failed_connects
+                if limit and attempt >= limit:  # the same camera failing every time: say so and stop
+                    self.on_state(
+                        "failed",
+                        f"{msg} ({attempt} connection attempts in a row brought no frame; "
+                        "streams.max_failed_connects)",
+                    )
+                    return
                 self.reconnects += 1
-                logger.info("stream %s: %s; reconnecting in %.1f s", self.spec.name or "-", msg, delay)
+                logger.info(
+                    "stream %s: %s; reconnecting in %.1f s", log_safe(self.spec.name or "-"), log_safe(msg), delay
+                )
                 self.on_state("reconnecting", msg)
                 self.cutter.reset()
                 if self._stop.wait(delay):
@@ -325,11 +363,11 @@ class CameraReader:
         verified for the host name) that PyAV demuxes as a file. Both are closed with the container
         (:meth:`_close_source`).
         """
-        cfg, url = self.config, self.spec.url
+        cfg, url = self.config, normalize_url(self.spec.url)
         s = cfg.streams
         timeout = (cfg.sources.rtsp_open_timeout_s, s.read_timeout_s)
         try:
-            if url.startswith(("rtsp:", "http:", "https:")):
+            if self.scheme is not None:
                 checked = check_url(url, cfg.sources)
                 if checked.scheme == "rtsp":
                     opts = {
@@ -353,11 +391,28 @@ class CameraReader:
                         raise
                 body = PinnedHttpBody(checked, cfg.sources.url_connect_timeout_s, s.read_timeout_s)
                 self._source = body
-                fmt = sniff_http_format(body.peek(400), body.content_type)
+                head = body.peek(400)
+                fmt = sniff_http_format(head, body.content_type)
+                if fmt == HTTP_FORMATS[0] and not body.seekable() and mp4_index_after_media(head):
+                    raise PermanentSourceError(
+                        "the camera's MP4 keeps its index (the 'moov' box) after its media data and the server "
+                        "does not take byte ranges (Accept-Ranges: bytes), so it cannot be read as it arrives; "
+                        "serve it with the index first (ffmpeg -movflags +faststart), with byte ranges, or as "
+                        "MPEG-TS"
+                    )
                 # The format is forced: FFmpeg never probes the body as a playlist that opens further URLs.
-                return av.open(body, mode="r", format=fmt, timeout=timeout)
+                try:
+                    return av.open(body, mode="r", format=fmt, timeout=timeout)
+                except av.error.InvalidDataError as e:  # the bytes are not what they looked like: no retry helps
+                    raise PermanentSourceError(
+                        f"the camera's data is not {FORMAT_NAMES.get(fmt, fmt)} FFmpeg can read "
+                        f"(FFmpeg says: {e.strerror or type(e).__name__})"
+                    ) from None
             path = resolve_local_path(url, cfg.sources.allowed_roots, cfg.limits.max_upload_bytes)
-            return av.open(str(path))
+            try:  # the clip routes' opening: video containers only, the file protocol only
+                return open_container(path, param="url", label="the camera file")
+            except ServeAppError as e:  # a file that is not a readable video stays so: no retry
+                raise PermanentSourceError(e.message) from None
         except BaseException as e:
             self._close_source()
             if isinstance(e, ServeAppError):
@@ -384,10 +439,10 @@ class CameraReader:
             configure_decoder(stream, self.config.decode.threads)
             tb = float(stream.time_base or 0) or 1 / 90000
             rate = float(stream.average_rate) if stream.average_rate else None
-            is_file = not self.spec.url.startswith(("rtsp:", "http:", "https:"))
+            is_file = self.scheme is None
             # Files and HTTP sources (a progressive MP4 may be a file on a web server) are paced by their
             # timestamps; an RTSP camera paces itself.
-            paced = not self.spec.url.startswith("rtsp:")
+            paced = self.scheme != "rtsp"
             # A new connection continues stream time where the last one stopped (plus the wall-clock gap).
             if self._last_wall:
                 self._offset_s = self._last_t + max(

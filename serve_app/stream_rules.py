@@ -28,6 +28,7 @@ import math
 from serve_app.config import AppConfig, PixelBudget
 from serve_app.errors import InvalidRequestError, PayloadTooLargeError
 from serve_app.frame_sampling import even_frame_count, frame_pixel_cap
+from serve_app.guards import TEXT_LAYOUT, has_control_chars
 from serve_app.prompt import check_user_text
 from serve_app.stream_protocol import StreamCreate
 
@@ -124,3 +125,24 @@ def check_stream_limits(spec: StreamCreate, config: AppConfig) -> None:
         raise InvalidRequestError(
             f"max_tokens is {spec.max_tokens}; the limit is {lim.max_tokens} (limits.max_tokens)", param="max_tokens"
         )
+    check_stored_text(spec)
+
+
+def check_stored_text(spec: StreamCreate) -> None:
+    """Refuses control characters in the text a stream stores and logs (:data:`serve_app.guards.CONTROL_CHARS`):
+    none in ``name``, ``url`` and ``webhook``; in questions only tabs and line breaks (a question may have lines).
+
+    A newline, ESC or NUL in a stream's name forged log lines; logged fields are escaped as well
+    (:func:`serve_app.guards.log_safe`).
+
+    Raises:
+        InvalidRequestError (400): names the field.
+    """
+    fields: list[tuple[str, str | None, str]] = [("name", spec.name, ""), ("url", spec.url, ""),
+                                                 ("webhook", spec.webhook, "")]  # fmt: skip
+    fields += [(f"questions.{i}", q, TEXT_LAYOUT) for i, q in enumerate(spec.questions)]
+    for param, value, allow in fields:
+        if value is not None and has_control_chars(value, allow):
+            kinds = "control characters (e.g. a newline, ESC or NUL)" if not allow else (
+                "control characters other than tabs and line breaks (e.g. ESC or NUL)")
+            raise InvalidRequestError(f"{param} contains {kinds}; they are refused in stored text", param=param)

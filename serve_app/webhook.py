@@ -19,6 +19,7 @@ import logging
 import httpx
 from pydantic import BaseModel
 
+from serve_app.guards import log_safe
 from serve_app.config import AppConfig
 from serve_app.errors import ServeAppError
 from serve_app.sources import check_url, tls_verify
@@ -86,7 +87,7 @@ class Webhooks:
                     return
                 reason = f"HTTP {r.status_code}"
             except ServeAppError as e:
-                logger.warning("webhook refused: %s", e.message)
+                logger.warning("webhook refused: %s", log_safe(e.message))
                 self.failed += 1
                 return
             except (httpx.HTTPError, OSError) as e:

@@ -28,7 +28,7 @@ from serve_app.errors import ErrorInfo, ServeAppError, internal_error
 from serve_app.fetch import fetch_url
 from serve_app.guards import log_safe
 from serve_app.metrics import DecoderMetrics
-from serve_app.sources import ClipSource, resolve_local_path
+from serve_app.sources import ClipSource, resolve_local_path, url_scheme
 from serve_app.vision_patches import bf16_table
 
 logger = logging.getLogger("ray.serve")
@@ -65,7 +65,7 @@ class VideoDecoder:
                 path = resolve_local_path(source.path, cfg.sources.allowed_roots, cfg.limits.max_upload_bytes)
                 return decode_clip(path, request, cfg.decode, cfg.limits)
             if source.url is not None:
-                if source.url.lower().startswith("rtsp:"):
+                if url_scheme(source.url) == "rtsp":
                     return capture_rtsp(source.url, request, cfg.decode, cfg.limits, cfg.sources)
                 data = fetch_url(source.url, cfg.sources, cfg.limits.max_upload_bytes)
                 return decode_clip(data, request, cfg.decode, cfg.limits)

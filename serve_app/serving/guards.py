@@ -1,6 +1,7 @@
 """The ingress's request guards (:mod:`serve_app.guards`) configured for the routes, in order.
 
-Outermost first: Ray Serve's control headers refused (every route), state-changing
+Outermost first: a client that went away turned into the disconnect message it is, Ray
+Serve's control headers refused (every route), state-changing
 requests from other sites' web pages refused (every route), the API key,
 admission of every route but the health checks and the event subscriptions before
 their body (per replica; with a body, per client; the clip routes also while the
@@ -13,12 +14,21 @@ clients do with the other routes, the health checks find a free slot.
 
 from __future__ import annotations
 
+from ray.exceptions import TaskCancelledError
 from starlette.middleware import Middleware
 
 from serve_app.api import FORM_OVERHEAD_BYTES
 from serve_app.auth import ApiKey
 from serve_app.config import AppConfig
-from serve_app.guards import AdmissionGuard, BodyGuard, ControlHeaderGuard, CrossSiteGuard, Reject, client_key
+from serve_app.guards import (
+    AdmissionGuard,
+    BodyGuard,
+    ControlHeaderGuard,
+    CrossSiteGuard,
+    DisconnectAsEnd,
+    Reject,
+    client_key,
+)
 from serve_app.serving import chat, health, models, query, streams
 
 
@@ -52,6 +62,7 @@ def guard_middleware(config: AppConfig, api_key: ApiKey, auth: Middleware, rejec
     sec, lim = config.security, config.limits
     upload = lim.max_upload_bytes
     return [
+        Middleware(DisconnectAsEnd, disconnect_errors=(TaskCancelledError,)),
         Middleware(ControlHeaderGuard, headers=sec.refused_headers, reject=reject),
         Middleware(CrossSiteGuard, allowed_origins=sec.allowed_origins, reject=reject),
         auth,

@@ -40,7 +40,7 @@ from serve_app.serving.context import (
     RouteRunner,
     json_response,
 )
-from serve_app.sources import check_url, resolve_local_path
+from serve_app.sources import check_url, normalize_url, resolve_local_path, url_scheme
 from serve_app.stream_protocol import EventBatch, StreamCreate, StreamEvent
 from serve_app.stream_rules import check_stream_limits
 
@@ -78,20 +78,22 @@ def validate_stream(body: dict[str, Any], config: AppConfig) -> StreamCreate:
     check_stream_limits(spec, config)
     lim = config.limits
     try:
-        if "://" in spec.url:
+        if url_scheme(spec.url) is not None:
             check_url(spec.url, config.sources)
         else:
             resolve_local_path(spec.url, config.sources.allowed_roots, lim.max_upload_bytes)
     except ServeAppError as e:
         raise _as_param(e, "url") from None
     if spec.webhook is not None:
-        if not spec.webhook.lower().startswith(("http://", "https://")):
+        if url_scheme(spec.webhook) not in ("http", "https"):
             raise InvalidRequestError("webhook must be an http:// or https:// URL", param="webhook")
         try:
             check_url(spec.webhook, config.sources)
         except ServeAppError as e:
             raise _as_param(e, "webhook") from None
-    return spec
+    # Stored with their schemes in lower case: the reader and the webhooks see what was checked.
+    webhook = None if spec.webhook is None else normalize_url(spec.webhook)
+    return spec.model_copy(update={"url": normalize_url(spec.url), "webhook": webhook})
 
 
 def _value(result: Any) -> Any:

@@ -319,3 +319,94 @@ def test_a_tiny_temperature_is_greedy_and_a_tiny_repetition_penalty_is_400(app):
     })  # fmt: skip
     assert (greedy.status_code, penalty.status_code, chat.status_code) == (200, 400, 200), (greedy.text, chat.text)
     assert penalty.json()["error"]["param"] == "repetition_penalty"
+
+
+# --- item 11: log lines forged through a stream's name ------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["cam\n2026-01-01 00:00:00 INFO request forged -> 200", "cam\x1b[2J", "cam\x00"])
+def test_a_stream_name_with_control_characters_is_400(app, cleanup, name):
+    r = register(app, name=name, window_s=1, fps=1)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == "name" and "forged" not in r.text
+
+
+# --- item 14: a URL at registration, a file path in the reader ---------------------------------------
+
+
+def test_an_upper_case_url_scheme_is_a_camera_everywhere(app, cleanup):
+    r = register(app, url=DEAD_CAMERA.replace("rtsp://", "RTSP://"), window_s=1, fps=1)
+    assert r.status_code == 201, r.text
+    sid = r.json()["id"]
+    assert r.json()["url"] == DEAD_CAMERA
+    status = r.json()
+    for _ in range(120):  # until the reader has tried the camera once (bounded)
+        status = httpx.get(f"{app}/v1/streams/{sid}", timeout=30).json()
+        if status["last_error"]:
+            break
+        time.sleep(0.25)
+    assert status["state"] != "failed" and "allowed roots" not in (status["last_error"] or ""), status
+
+
+# --- item 15: closing event streams logged errors ----------------------------------------------------
+
+#: What closing subscriptions wrote to the ingress replica's logs before the fix.
+DISCONNECT_NOISE = ("TaskCancelledError", "Future exception was never retrieved", "Request failed")
+
+
+def ingress_log_noise() -> int:
+    """Lines of :data:`DISCONNECT_NOISE` in this app's ingress replica logs (this test session's Ray)."""
+    import glob
+    import os
+
+    import ray
+
+    logs = os.path.join(ray._private.worker._global_node.get_session_dir_path(), "logs")
+    n = 0
+    for path in glob.glob(os.path.join(logs, "worker-*")) + glob.glob(os.path.join(logs, "serve", "replica_*")):
+        with open(path, errors="replace") as f:
+            text = f.read()
+        if "cameras:Ingress" in text or "cameras_Ingress" in text:
+            n += sum(text.count(k) for k in DISCONNECT_NOISE)
+    return n
+
+
+def test_closing_many_event_streams_is_a_normal_end(app):
+    before = ingress_log_noise()
+    for _ in range(3):
+        subs = subscribers(app, SUBSCRIBERS)
+        for s in subs:
+            s.close()
+    for s in subscribers(app, SUBSCRIBERS):  # every place came free again: the closed ones have ended
+        s.close()
+    time.sleep(2)  # (the replica's log lines reach their files)
+    assert ingress_log_noise() == before
+
+
+# --- item 16: cameras that say what is wrong -----------------------------------------------------------
+
+
+def wait_state(app: str, sid: str, state: str, tries: int = 120) -> dict:
+    status: dict = {}
+    for _ in range(tries):  # bounded
+        status = httpx.get(f"{app}/v1/streams/{sid}", timeout=30).json()
+        if status["state"] == state:
+            break
+        time.sleep(0.25)
+    return status
+
+
+def test_a_text_file_registered_as_a_camera_fails_with_the_reason(app, cleanup):
+    """It was accepted and stayed `reconnecting` forever."""
+    r = register(app, url="ATTRIBUTION.md", window_s=1, fps=1)
+    assert r.status_code == 201, r.text
+    status = wait_state(app, r.json()["id"], "failed")
+    assert status["state"] == "failed" and status["reconnects"] == 0, status
+    assert "not a readable video container" in status["last_error"]
+
+
+def test_an_unresolvable_camera_host_is_not_a_clip_error(app, cleanup):
+    r = register(app, url="rtsp://nowhere.invalid/cam", window_s=1, fps=1)
+    assert r.status_code == 422, r.text
+    err = r.json()["error"]
+    assert (err["type"], err["param"]) == ("unresolvable_host", "url") and "clip" not in err["message"]

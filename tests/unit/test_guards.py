@@ -557,3 +557,69 @@ def test_the_origin_of_a_header_or_a_setting():
     assert origin_of("HTTP://Example.COM:80/") == "http://example.com"
     assert origin_of("https://[::1]:8443") == "https://[::1]:8443"
     assert origin_of("null") is None and origin_of("file:///x") is None and origin_of("http://[::1") is None
+
+
+# --- issue 25, item 15: a client disconnect is a normal end --------------------------------------------
+
+
+def test_a_client_gone_mid_event_stream_ends_the_stream_normally():
+    """Ray's replica raises TaskCancelledError from receive() once the client is gone: the event stream
+    (Starlette listens for the disconnect) failed with it and the request was logged as failed."""
+    from ray.exceptions import TaskCancelledError
+    from starlette.responses import StreamingResponse
+
+    ticks = []
+
+    async def events():
+        while True:
+            ticks.append(1)
+            yield b": keep-alive\n\n"
+            await asyncio.sleep(0.01)
+
+    async def app(sc, receive, send):
+        await StreamingResponse(events(), media_type="text/event-stream")(sc, receive, send)
+
+    async def run():
+        guarded = configured_guards(app, streams={"max_subscribers": 1})
+        calls = {"n": 0}
+
+        async def receive():
+            calls["n"] += 1
+            await asyncio.sleep(0.05)
+            raise TaskCancelledError()  # the proxy cancelled the read: the client went away
+
+        sent = []
+
+        async def send(m):
+            sent.append(m)
+
+        await guarded(scope("/v1/events") | {"method": "GET"}, receive, send)  # returns: no exception
+        again = await call(guarded, scope("/v1/events") | {"method": "GET"}, receive)  # its place is free
+        return sent, again
+
+    sent, again = asyncio.run(run())
+    assert sent[0]["status"] == 200 and ticks
+    assert again[0] == 200
+
+
+def test_a_client_gone_mid_body_is_a_disconnect_not_an_error():
+    from ray.exceptions import TaskCancelledError
+    from starlette.requests import ClientDisconnect, Request
+
+    seen = []
+
+    async def app(sc, receive, send):
+        try:
+            await Request(sc, receive).body()
+        except ClientDisconnect:
+            seen.append("disconnect")
+            return
+
+    async def run():
+        async def receive():
+            raise TaskCancelledError()
+
+        await configured_guards(app)(scope("/v1/streams") | {"method": "POST"}, receive, lambda m: asyncio.sleep(0))
+
+    asyncio.run(run())
+    assert seen == ["disconnect"]
