@@ -1,6 +1,6 @@
 #!/bin/bash
 # Runs ON THE GPU MACHINE (device tool), from the project root, once the
-# bundle is staged (bash .gpu-bundle/pK/stage.sh N; see README "GPU").
+# bundle is staged (bash .gpu-bundle/pK/stage.sh N; see docs/gpu.md and CONTRIBUTING.md).
 #   bash benchmarks/gpu_machine.sh tests              # tests/gpu -> $OUT/gpu-junit.xml, gpu-tests.log
 #   bash benchmarks/gpu_machine.sh bench [ARGS]       # python -m benchmarks.gpu -> $OUT/gpu_bench.json
 #   bash benchmarks/gpu_machine.sh engine NAME [ARGS] # python -m benchmarks.engine_profile -> $OUT/engine_profile.NAME.json

@@ -1,4 +1,7 @@
-"""The README's KubeRay commands match the manifests: paths, local files, image names, object names."""
+"""The KubeRay page's commands match the manifests: paths, local files, image names, object names.
+
+The deployment steps moved from README.md to docs/kubernetes.md ("Deploy on KubeRay").
+"""
 
 import re
 from pathlib import Path
@@ -8,7 +11,7 @@ import yaml
 from cosmos_tools.k8s import check
 
 ROOT = Path(__file__).resolve().parents[2]
-README = (ROOT / "README.md").read_text()
+README = (ROOT / "docs" / "kubernetes.md").read_text()  # the deployment steps moved here from README.md
 
 
 def kuberay_section() -> str:
@@ -60,7 +63,7 @@ def test_object_names_in_the_commands_match_the_rayservice():
     assert "--version 1.7.0" in text  # the operator release whose CRD check validates against
 
 
-def test_readme_states_what_was_not_run_here():
+def test_the_page_states_what_was_not_run_here():
     section = " ".join(kuberay_section().split())
     assert "The images have **never been built**" in section
     assert "nothing has been **applied to a cluster**" in section
