@@ -150,7 +150,7 @@ class StreamMetrics:
     """Per-stream counters and freshness of the stream worker (tag ``stream``: a stream id; bounded by
     ``streams.max_streams``, unlike camera ids of one-off requests).
 
-    * ``cosmos_stream_windows`` (counter; stream, outcome = answered | dropped_<reason>)
+    * ``cosmos_stream_windows`` (counter; stream, outcome = answered | skipped | dropped_<reason>)
     * ``cosmos_stream_reconnects`` (counter; stream)
     * ``cosmos_stream_freshness_s`` (gauge; stream): answer time − window end of the latest answer, seconds
     """
@@ -167,7 +167,7 @@ class StreamMetrics:
         )
 
     def window(self, stream_id: str, outcome: str) -> None:
-        """One window answered or dropped (``dropped_<reason>``)."""
+        """One window answered, skipped (unchanged) or dropped (``dropped_<reason>``)."""
         self.windows.inc(tags={"stream": stream_id, "outcome": outcome})
 
     def reconnect(self, stream_id: str) -> None:

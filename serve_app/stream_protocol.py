@@ -4,7 +4,8 @@
 * :class:`AlertRule`: a bounded-cost rule on an answer (keywords or yes/no; no regex at all,
   so no backtracking).
 * :class:`StreamStatus`: one stream as ``GET /v1/streams/{id}`` returns it.
-* :class:`AnswerEvent`, :class:`AlertEvent`, :class:`StateEvent`: the server-sent events of
+* :class:`SkipUnchanged`: quiet scenes, skipped windows (opt-in per stream).
+* :class:`AnswerEvent`, :class:`AlertEvent`, :class:`SkippedEvent`, :class:`StateEvent`: the server-sent events of
   ``GET /v1/streams/{id}/events`` and ``GET /v1/events`` (each with an ``id`` for ``Last-Event-ID``).
 
 These models cross the ingress ↔ stream-worker handle and leave as JSON responses.
@@ -79,6 +80,28 @@ class AlertRule(_Frozen):
         return hits
 
 
+class SkipUnchanged(_Frozen):
+    """Quiet scenes: windows whose picture did not change are not sent to the model.
+
+    The change measure (``serve_app.scene_change``): the window's frames as coarse grey grids,
+    brightness matched, compared with the last answered window's last frame and with each other;
+    its value is the largest fraction of grid cells that changed. Sensor noise, compression
+    flicker and slow or global light changes do not count; changes smaller than about one cell
+    (~16 px of the model-size frame) do not either.
+    """
+
+    threshold: float = Field(
+        0.01, gt=0, le=1,
+        description="Fraction of grid cells (0-1) that must change for a window to be answered; below it the "
+        "window is skipped. 0.01 is ~4 cells of a 448x252 frame's 15x28 grid.",
+    )
+    max_skip_s: float = Field(
+        60.0, gt=0, le=86400,
+        description="Stream seconds after the last answered window's end past which a window is answered "
+        "whatever its measure (a forced answer).",
+    )
+
+
 class StreamCreate(_Frozen):
     """``POST /v1/streams``: a camera to watch. Limits beyond these shapes come from ``streams.*``."""
 
@@ -101,6 +124,9 @@ class StreamCreate(_Frozen):
     loop: bool = Field(False, description="Files: replay in real time, from the start again at the end.")
     alert: AlertRule | None = Field(None, description="When an answer raises an alert.")
     webhook: str | None = Field(None, max_length=4096, description="http(s) URL that receives alerts as JSON POSTs.")
+    skip_unchanged: SkipUnchanged | None = Field(
+        None, description="Skip windows in which nothing changed since the last answer (off when absent)."
+    )
 
     @field_validator("questions")
     @classmethod
@@ -148,6 +174,8 @@ class StreamStatus(_Frozen):
     windows_cut: int
     windows_answered: int
     windows_dropped: dict[str, int] = Field(..., description="Dropped windows by reason (see DropReason).")
+    windows_skipped: int = Field(0, description="Windows not sent to the model: unchanged (skip_unchanged).")
+    skip_unchanged: SkipUnchanged | None = None
     alerts: int
     reconnects: int
     last_error: str | None
@@ -235,6 +263,19 @@ class AlertEvent(_Event):
     random_weights: bool
 
 
+class SkippedEvent(_Event):
+    """A window not sent to the model because nothing changed (``skip_unchanged``): the answer of
+    window ``since_window_index`` stands. Alert rules never match a skipped window."""
+
+    type: Literal["skipped"] = "skipped"
+    window_index: int
+    window: WindowTimes
+    since_window_index: int = Field(..., description="The last answered window, whose answer stands.")
+    change: float = Field(..., description="The window's change measure (fraction of grid cells).")
+    threshold: float
+    message: str
+
+
 class StateEvent(_Event):
     """A stream's state changed (or it was created / deleted)."""
 
@@ -244,13 +285,13 @@ class StateEvent(_Event):
     error: str | None = None
 
 
-StreamEvent: TypeAlias = AnswerEvent | AlertEvent | StateEvent
+StreamEvent: TypeAlias = AnswerEvent | AlertEvent | SkippedEvent | StateEvent
 
 
 class EventBatch(_Frozen):
     """What the stream worker hands the ingress per poll: events after ``after`` (oldest first)."""
 
-    events: list[AnswerEvent | AlertEvent | StateEvent]
+    events: list[AnswerEvent | AlertEvent | SkippedEvent | StateEvent]
     missed: bool = Field(False, description="Events between `after` and the first one fell out of the history.")
     last_id: int = Field(0, description="The newest event id the worker has handed out.")
 

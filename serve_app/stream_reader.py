@@ -47,6 +47,7 @@ from serve_app.frames import FrameStore, apply_display
 from serve_app.frame_sampling import even_frame_count
 from serve_app.http_source import PinnedHttpBody
 from serve_app.rtsp_relay import RtspRelay
+from serve_app.scene_change import held_luma, luma_grid
 from serve_app.sources import check_url, normalize_url, resolve_local_path, url_scheme
 from serve_app.stream_core import Backoff, Window, WindowCutter
 from serve_app.stream_protocol import StreamCreate, StreamState
@@ -145,6 +146,8 @@ class ReadyWindow:
         source: ``(width, height)`` of the displayed source.
         source_fps: the source's frame rate, if known.
         patches: make the vision tower's bf16 patches (``model.vision_input: patches``).
+        grids: the frames as change-measure grids (:func:`serve_app.scene_change.luma_grid`,
+            ``(gh, gw) float32`` each) when the stream skips unchanged windows, else None.
     """
 
     window: Window[np.ndarray]
@@ -155,6 +158,7 @@ class ReadyWindow:
     source: tuple[int, int]
     source_fps: float | None
     patches: bool = False
+    grids: list[np.ndarray] | None = None
 
     @property
     def held_bytes(self) -> int:
@@ -485,9 +489,11 @@ class CameraReader:
         spent_ms = self.held.spent_s * 1000
         self.held.spent_s = 0.0
         thumb = jpeg_thumbnail(self.held.rgb(window.frames[-1]), self.config.streams.thumbnail_width)
+        # the change measure's grids, here in the reader's thread (a block mean per frame), not on the worker's loop
+        grids = [luma_grid(held_luma(f)) for f in window.frames] if self.spec.skip_unchanged is not None else None
         self.on_window(ReadyWindow(
             window, thumb, spent_ms, self.held, self.spec.fps, self.held.store.source_size or (0, 0), source_fps,
-            patches=self.config.model.vision_input == "patches",
+            patches=self.config.model.vision_input == "patches", grids=grids,
         ))  # fmt: skip
 
 

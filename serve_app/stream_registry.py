@@ -27,6 +27,7 @@ from serve_app.guards import log_safe
 from serve_app.pipeline import client_error
 from serve_app.protocol import ClipInfo, ClipQuestion, DecodedClip, Delta, Done, ModelChunk, SamplingOptions
 from serve_app.reasoning import split_reasoning
+from serve_app.scene_change import QuietScenePolicy, SkipDecision
 from serve_app.stream_core import EventLog, NewestWinsQueue, Percentiles
 from serve_app.stream_protocol import (
     RANDOM_WEIGHTS_NOTE,
@@ -36,6 +37,7 @@ from serve_app.stream_protocol import (
     AnswerUsage,
     EventBatch,
     LastAnswer,
+    SkippedEvent,
     StateEvent,
     StreamCreate,
     StreamEvent,
@@ -104,6 +106,11 @@ class _Stream:
         self.reader: CameraReader | None = None
         self.task: asyncio.Task[None] | None = None
         self.reserved_bytes = 0  # frame memory reserved (streams.max_frame_memory_bytes); 0 for a failed stream
+        skip = spec.skip_unchanged
+        self.quiet = None if skip is None else QuietScenePolicy(skip.threshold, skip.max_skip_s)
+        self.skipped = 0
+        # sent windows' (end_s, last grid) until answered (the reference moves) or dropped; at most pending + 2
+        self.sent_refs: dict[int, tuple[float, Any]] = {}
 
 
 class StreamRegistry:
@@ -303,6 +310,8 @@ class StreamRegistry:
             windows_cut=st.cut,
             windows_answered=st.answered,
             windows_dropped=dict(st.dropped),
+            windows_skipped=st.skipped,
+            skip_unchanged=spec.skip_unchanged,
             alerts=st.alerts,
             reconnects=st.reconnects,
             last_error=st.last_error,
@@ -354,10 +363,43 @@ class StreamRegistry:
         if st.id not in self.streams:
             return
         st.cut += 1
+        if st.quiet is not None and w.grids:
+            decision = st.quiet.decide(w.window.index, w.window.end_s, w.grids)
+            if decision.skip:
+                self._skip(st, w, decision)
+                return
+            st.sent_refs[w.window.index] = (w.window.end_s, w.grids[-1])
         w.handed_at = time.time()  # type: ignore[attr-defined]
         dropped = st.queue.put(w)
         if dropped is not None:
+            st.sent_refs.pop(dropped.window.index, None)
             self._drop(st, "model_behind")
+
+    def _skip(self, st: _Stream, w: ReadyWindow, decision: SkipDecision) -> None:
+        """A window not sent to the model (nothing changed): counted, and said in a ``skipped`` event."""
+        st.skipped += 1
+        self.metrics.window(st.id, "skipped")
+        since = decision.since_index if decision.since_index is not None else -1
+        win = w.window
+        win.frames = []  # its frames go now
+        assert st.quiet is not None
+        self._event(
+            SkippedEvent(
+                id=self.events.next_id(),
+                stream_id=st.id,
+                time=time.time(),
+                window_index=win.index,
+                window=WindowTimes(
+                    start_s=round(win.start_s, 3), end_s=round(win.end_s, 3),
+                    wall_start=win.wall_start, wall_end=win.wall_end,
+                ),
+                since_window_index=since,
+                change=round(decision.change.score, 4),
+                threshold=st.quiet.threshold,
+                message=f"unchanged since window {since}; previous answer stands "
+                f"(change {decision.change.score:.4f} < threshold {st.quiet.threshold})",
+            )
+        )
 
     def _drop(self, st: _Stream, reason: str) -> None:
         st.dropped[reason] += 1
@@ -375,6 +417,8 @@ class StreamRegistry:
             except Exception:
                 logger.exception("stream %s: window %d failed", st.id, w.window.index)
                 self._drop(st, "model_error")
+            finally:
+                st.sent_refs.pop(w.window.index, None)  # answered or not, this window is done with
 
     async def _answer(self, st: _Stream, w: ReadyWindow) -> None:
         spec, cfg = st.spec, self.config
@@ -477,9 +521,12 @@ class StreamRegistry:
                         self._event(alert)
                         if spec.webhook and self.webhooks is not None:
                             self.webhooks.send(spec.webhook, alert)
+        ref = st.sent_refs.get(win.index)
         if answered:
             st.answered += 1
             self.metrics.window(st.id, "answered")
+            if st.quiet is not None and ref is not None:
+                st.quiet.answered(win.index, ref[0], ref[1])  # the answered picture is the new reference
 
     @staticmethod
     async def _collect(chunks: AsyncIterator[ModelChunk]) -> tuple[ClipInfo | ErrorInfo, str, Done | None]:

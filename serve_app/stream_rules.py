@@ -30,6 +30,7 @@ from serve_app.errors import InvalidRequestError, PayloadTooLargeError
 from serve_app.frame_sampling import even_frame_count, frame_pixel_cap
 from serve_app.guards import TEXT_LAYOUT, has_control_chars
 from serve_app.prompt import check_user_text
+from serve_app.scene_change import CELL_PX
 from serve_app.stream_protocol import StreamCreate
 
 #: Bytes per pixel of a held frame: planar YUV 4:2:0 at the model's size (a full-size luma plane,
@@ -65,14 +66,19 @@ def stream_frame_bytes(spec: StreamCreate, config: AppConfig) -> int:
 
     The window being filled, ``streams.pending_windows`` windows waiting for the model and the window
     being handed to it, each in YUV 4:2:0, plus that window as the model's input (RGB, or RGB and
-    patches), all at :func:`frame_area_bound` pixels per frame.
+    patches), all at :func:`frame_area_bound` pixels per frame; with ``skip_unchanged``, the
+    change measure's grids of those windows and its reference grid (4 bytes per ``CELL_PX``² pixels).
     """
     n = frames_per_window(spec.window_s, spec.fps)
     area = frame_area_bound(n, config.decode.budget)
     compact = n * area * COMPACT_BYTES_PER_PIXEL
     per_pixel = PATCHES_BYTES_PER_PIXEL if config.model.vision_input == "patches" else RGB_BYTES_PER_PIXEL
     model_input = even_frame_count(n) * area * per_pixel
-    return int(compact * (config.streams.pending_windows + 2) + model_input)
+    held = compact * (config.streams.pending_windows + 2) + model_input
+    if spec.skip_unchanged is not None:  # the change measure's float32 grids: each held window's, and the reference
+        grid = area / CELL_PX**2 * 4
+        held += grid * (n * (config.streams.pending_windows + 2) + 1)
+    return int(held)
 
 
 def mib(n_bytes: float) -> str:

@@ -81,7 +81,8 @@ function renderStatus(c, s) {
   c.meta.replaceChildren();
   for (const [k, v] of [["answered", s.windows_answered], ["dropped", dropped], ["frames", s.frames_received],
                         ["reconnects", s.reconnects], ["fresh p50/p95 s", fmt(f.p50) + "/" + fmt(f.p95)],
-                        ["latency p95 ms", fmt(l.p95)]]) {
+                        ["latency p95 ms", fmt(l.p95)],
+                        ...(s.skip_unchanged ? [["skipped", s.windows_skipped]] : [])]) {
     const span = el("span", null, k + ": " + v); span.dataset.k = k.split(" ")[0]; c.meta.append(span);
   }
   if (dropped) c.meta.title = JSON.stringify(s.windows_dropped);
@@ -136,6 +137,11 @@ function onEvent(type, ev) {
     const c = card(ev.stream_id); c.alerts++;
     c.root.classList.add("alert"); c.alertmsg.textContent = "ALERT: " + ev.matched.join(", ");
     setTimeout(() => c.root.classList.remove("alert"), 15000);
+  } else if (type === "skipped") {
+    // nothing changed: the previous answer stands; the count comes with the next status refresh
+    const c = card(ev.stream_id), span = c.meta.querySelector('[data-k="skipped"]');
+    if (span) span.textContent = "skipped: " + ((c.status && c.status.windows_skipped || 0) + 1);
+    if (c.status) c.status = {...c.status, windows_skipped: (c.status.windows_skipped || 0) + 1};
   } else if (type === "state") {
     if (ev.state === "deleted") { dropCard(ev.stream_id); return; }
     setState(card(ev.stream_id), ev.state, ev.error);

@@ -138,6 +138,8 @@ def test_four_cameras_answered_with_status_and_events(cpu_app, cameras):
         ({"url": CLIPS[0], "questions": ["q"], "alert": {"kind": "regex"}}, 400, "alert.kind"),
         ({"url": CLIPS[0], "questions": ["q"], "webhook": "http://10.0.0.1/hook"}, 403, "webhook"),
         ({"url": CLIPS[0], "questions": ["q"], "colour": "red"}, 400, "colour"),
+        ({"url": CLIPS[0], "questions": ["q"], "skip_unchanged": {"threshold": 0}}, 400, "skip_unchanged.threshold"),
+        ({"url": CLIPS[0], "questions": ["q"], "skip_unchanged": {"max_skip_s": -1}}, 400, "skip_unchanged.max_skip_s"),
     ],
 )
 def test_bad_streams_are_refused_with_the_error_shape(cpu_app, body, status, param):
@@ -146,6 +148,26 @@ def test_bad_streams_are_refused_with_the_error_shape(cpu_app, body, status, par
     err = r.json()["error"]
     assert err["param"] == param and err["message"]
     assert "Traceback" not in err["message"]
+
+
+def test_a_still_camera_with_skip_unchanged_is_skipped_and_says_so(cpu_app):
+    r = httpx.post(f"{cpu_app}/v1/streams", json={
+        "url": "still_room_2s.mp4", "name": "still", "window_s": 1, "fps": 2, "loop": True, "questions": ["Anyone?"],
+        "max_tokens": 4, "skip_unchanged": {"threshold": 0.01, "max_skip_s": 30},
+    }, timeout=30)  # fmt: skip
+    assert r.status_code == 201, r.text
+    sid = r.json()["id"]
+    try:
+        assert r.json()["skip_unchanged"] == {"threshold": 0.01, "max_skip_s": 30.0}
+        events = read_events(f"{cpu_app}/v1/streams/{sid}/events?after=0", 12, timeout_s=ANSWER_WAIT_S)
+        skipped = [d for _, t, d in events if t == "skipped"]
+        answers = {d["window_index"] for _, t, d in events if t == "answer"}
+        assert skipped, [t for _, t, _ in events]
+        assert all(d["since_window_index"] in answers and "previous answer stands" in d["message"] for d in skipped)
+        status = httpx.get(f"{cpu_app}/v1/streams/{sid}", timeout=30).json()
+        assert status["windows_skipped"] >= len(skipped)
+    finally:
+        httpx.delete(f"{cpu_app}/v1/streams/{sid}", timeout=30)
 
 
 def test_unknown_stream_is_404(cpu_app):

@@ -69,7 +69,7 @@ def test_files_and_modules_the_readme_names_exist():
 
 def slug(heading: str) -> str:
     """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
-    text = re.sub(r"[`*_]", "", heading.strip().lower())
+    text = re.sub(r"[`*]", "", heading.strip().lower())  # underscores stay (in code spans they are text)
     text = re.sub(r"[^\w\- ]", "", text)
     return text.replace(" ", "-")
 
@@ -97,3 +97,4 @@ def test_the_slug_rule_on_known_headings():
     assert slug("Cameras (`/v1/streams`)") == "cameras-v1streams"
     assert slug("OpenAI-compatible (`/v1/chat/completions`)") == "openai-compatible-v1chatcompletions"
     assert slug("Before exposing the service") == "before-exposing-the-service"
+    assert slug("Quiet scenes (`skip_unchanged`)") == "quiet-scenes-skip_unchanged"
