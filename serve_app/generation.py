@@ -134,6 +134,7 @@ async def answer_stream(
         fps=clip.fps,
         prompt=render_prompt(question.question, system_prompt, question.history),
         sampling=question.sampling,
+        clip_id=question.clip_id,
     )
     logger.debug("request %s: engine request id %s", log_safe(rid), req.request_id)
     stops = StopScanner(question.sampling.stop) if question.sampling.stop else None

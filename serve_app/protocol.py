@@ -108,6 +108,11 @@ class ClipQuestion:
         history: the conversation after the question (assistant and user turns, the last one the
             user's), rendered after it with the model's chat template; empty for one question about
             one clip.
+        clip_id: the clip's identity shared by the questions asked about the same clip (the
+            questions of one stream window): made by the server per clip (a random hex string),
+            never from anything a client sends, never shared across clips; the engine keys its
+            multimodal caches by it, so the later questions reuse the first one's vision encoding
+            and prompt prefix. None: the clip is this question's alone.
     """
 
     request_id: str
@@ -115,6 +120,7 @@ class ClipQuestion:
     sampling: SamplingOptions
     system_prompt: str | None = None
     history: tuple[Turn, ...] = ()
+    clip_id: str | None = None
 
 
 class VideoInfo(BaseModel):

@@ -421,116 +421,156 @@ class StreamRegistry:
                 st.sent_refs.pop(w.window.index, None)  # answered or not, this window is done with
 
     async def _answer(self, st: _Stream, w: ReadyWindow) -> None:
-        spec, cfg = st.spec, self.config
-        model = cfg.model
-        win = w.window
-        frames = len(win.times_s)
-        answered = False
+        """Asks every question of the stream about window ``w``; the first question's answer is the window's.
+
+        Several questions share the clip: one server-made ``clip_id`` per window (a random hex
+        string, never shared with another window or stream), so the engine keys its caches by it;
+        the first question goes alone, the others once its first token came (its prefill done: the
+        vision encoding and the video's prompt prefix are cached for them, and they decode
+        alongside it). A question that fails counts a dropped window by reason; when the first one
+        fails the others are not asked.
+        """
+        spec = st.spec
         # The held frames become the model's input once per window (every question sends the same), off the loop.
         clip = await asyncio.to_thread(lambda: self.prepare(w.clip()))
-        for qi, question in enumerate(spec.questions):
-            sampling = SamplingOptions(
-                max_tokens=spec.max_tokens or model.sampling.max_tokens,
-                temperature=model.sampling.temperature,
-                top_p=model.sampling.top_p,
-                repetition_penalty=model.sampling.repetition_penalty,
-            )
-            rid = f"{st.id}-w{win.index}-q{qi}"
-            t0 = time.time()
-            try:
-                info, text, done = await self._collect(self.ask(ClipQuestion(rid, question, sampling), clip))
-            except Exception as e:  # noqa: BLE001 - classified: refused/unavailable vs failed
-                err = error_value(client_error(e, rid, cfg.limits.retry_after_s))
-                self._drop(st, "model_busy" if err.status == 503 else "model_error")
-                st.last_error = f"model: {err.message}"
-                return
-            if isinstance(info, ErrorInfo):
-                self._drop(st, "model_busy" if info.status == 503 else "model_error")
-                st.last_error = f"model: {info.message}"
-                return
-            assert done is not None  # _collect returns a ClipInfo only with its Done
-            now = time.time()
-            parts = split_reasoning(text)
-            answer = parts.answer if parts.answer is not None else text
-            latency_ms = (now - getattr(w, "handed_at", t0)) * 1000
-            fresh_s = now - win.wall_end
-            ev = AnswerEvent(
-                id=self.events.next_id(),
-                stream_id=st.id,
-                time=now,
-                window_index=win.index,
-                question_index=qi,
-                question=question,
-                window=WindowTimes(
-                    start_s=round(win.start_s, 3),
-                    end_s=round(win.end_s, 3),
-                    wall_start=win.wall_start,
-                    wall_end=win.wall_end,
-                ),
-                frames=frames,
-                answer=answer,
-                reasoning=parts.reasoning,
-                finish_reason=done.finish_reason,
-                timings=AnswerTimings(
-                    decode_ms=round(w.decode_ms, 1),
-                    queue_ms=done.queue_ms,
-                    model_ms=done.model_ms,
-                    ttft_ms=done.ttft_ms,
-                    latency_ms=round(latency_ms, 1),
-                    freshness_s=round(fresh_s, 3),
-                ),
-                usage=AnswerUsage(
-                    prompt_tokens=done.prompt_tokens,
-                    completion_tokens=done.completion_tokens,
-                    video_tokens=info.video_tokens,
-                ),
-                model=info.model,
-                random_weights=info.random_weights,
-                note=RANDOM_WEIGHTS_NOTE if info.random_weights else parts.note(),
-                windows_dropped=sum(st.dropped.values()),
-            )
-            self._event(ev)
-            if qi == 0:
-                answered = True
-                st.latency_ms.add(latency_ms)
-                st.freshness_s.add(fresh_s)
-                self.metrics.freshness(st.id, fresh_s)
-                st.last_answer = LastAnswer(
-                    event_id=ev.id,
-                    window_index=win.index,
-                    answer=answer,
-                    reasoning=parts.reasoning,
-                    answered_at=now,
-                    random_weights=info.random_weights,
-                )
-                await asyncio.to_thread(self.store.add_answer, st.id, ev.id, ev.model_dump_json(), w.thumbnail)
-                if spec.alert is not None:
-                    hits = spec.alert.matches(answer)
-                    if hits:
-                        st.alerts += 1
-                        alert = AlertEvent(
-                            id=self.events.next_id(),
-                            stream_id=st.id,
-                            time=now,
-                            window_index=win.index,
-                            answer_event_id=ev.id,
-                            matched=hits,
-                            answer=answer,
-                            random_weights=info.random_weights,
-                        )
-                        self._event(alert)
-                        if spec.webhook and self.webhooks is not None:
-                            self.webhooks.send(spec.webhook, alert)
-        ref = st.sent_refs.get(win.index)
+        clip_id = uuid.uuid4().hex if len(spec.questions) > 1 else None
+        prefilled = asyncio.Event()
+        first = asyncio.ensure_future(self._ask_one(st, w, clip, 0, clip_id, prefilled.set))
+        tasks: list[asyncio.Future[Any]] = [first]
+        try:
+            if len(spec.questions) > 1:
+                waiter = asyncio.ensure_future(prefilled.wait())
+                tasks.append(waiter)
+                await asyncio.wait({first, waiter}, return_when=asyncio.FIRST_COMPLETED)
+                if not (first.done() and not first.result()):  # the first did not fail before its first token
+                    tasks += [asyncio.ensure_future(self._ask_one(st, w, clip, qi, clip_id, None))
+                              for qi in range(1, len(spec.questions))]  # fmt: skip
+            answered = await first
+            await asyncio.gather(*tasks[2:])
+        finally:
+            for task in tasks:  # the stream was deleted (cancelled) or a question is left: none outlives the window
+                task.cancel()
         if answered:
             st.answered += 1
             self.metrics.window(st.id, "answered")
+            ref = st.sent_refs.get(w.window.index)
             if st.quiet is not None and ref is not None:
-                st.quiet.answered(win.index, ref[0], ref[1])  # the answered picture is the new reference
+                st.quiet.answered(w.window.index, ref[0], ref[1])  # the answered picture is the new reference
+
+    async def _ask_one(
+        self, st: _Stream, w: ReadyWindow, clip: DecodedClip, qi: int, clip_id: str | None,
+        on_first: Callable[[], None] | None,
+    ) -> bool:
+        """Asks question ``qi`` about the window's clip and emits its answer (and, for the first
+        question, the stream's last answer and alert); False when it failed (counted as dropped)."""
+        spec, cfg = st.spec, self.config
+        model = cfg.model
+        win = w.window
+        question = spec.questions[qi]
+        sampling = SamplingOptions(
+            max_tokens=spec.max_tokens or model.sampling.max_tokens,
+            temperature=model.sampling.temperature,
+            top_p=model.sampling.top_p,
+            repetition_penalty=model.sampling.repetition_penalty,
+        )
+        rid = f"{st.id}-w{win.index}-q{qi}"
+        t0 = time.time()
+        try:
+            chunks = self.ask(ClipQuestion(rid, question, sampling, clip_id=clip_id), clip)
+            info, text, done = await self._collect(chunks, on_first)
+        except Exception as e:  # noqa: BLE001 - classified: refused/unavailable vs failed
+            err = error_value(client_error(e, rid, cfg.limits.retry_after_s))
+            self._drop(st, "model_busy" if err.status == 503 else "model_error")
+            st.last_error = f"model: {err.message}"
+            return False
+        if isinstance(info, ErrorInfo):
+            self._drop(st, "model_busy" if info.status == 503 else "model_error")
+            st.last_error = f"model: {info.message}"
+            return False
+        assert done is not None  # _collect returns a ClipInfo only with its Done
+        now = time.time()
+        parts = split_reasoning(text)
+        answer = parts.answer if parts.answer is not None else text
+        latency_ms = (now - getattr(w, "handed_at", t0)) * 1000
+        fresh_s = now - win.wall_end
+        ev = AnswerEvent(
+            id=self.events.next_id(),
+            stream_id=st.id,
+            time=now,
+            window_index=win.index,
+            question_index=qi,
+            question=question,
+            window=WindowTimes(
+                start_s=round(win.start_s, 3), end_s=round(win.end_s, 3),
+                wall_start=win.wall_start, wall_end=win.wall_end,
+            ),
+            frames=len(win.times_s),
+            answer=answer,
+            reasoning=parts.reasoning,
+            finish_reason=done.finish_reason,
+            timings=AnswerTimings(
+                decode_ms=round(w.decode_ms, 1),
+                queue_ms=done.queue_ms,
+                model_ms=done.model_ms,
+                ttft_ms=done.ttft_ms,
+                latency_ms=round(latency_ms, 1),
+                freshness_s=round(fresh_s, 3),
+            ),
+            usage=AnswerUsage(
+                prompt_tokens=done.prompt_tokens,
+                completion_tokens=done.completion_tokens,
+                video_tokens=info.video_tokens,
+            ),
+            model=info.model,
+            random_weights=info.random_weights,
+            note=RANDOM_WEIGHTS_NOTE if info.random_weights else parts.note(),
+            windows_dropped=sum(st.dropped.values()),
+        )
+        self._event(ev)
+        if qi == 0:
+            await self._first_answer(st, w, ev, latency_ms, fresh_s)
+        return True
+
+    async def _first_answer(self, st: _Stream, w: ReadyWindow, ev: AnswerEvent, latency_ms: float,
+                            fresh_s: float) -> None:
+        """The window's answer (its first question's): latency, last answer, stored history, alert."""
+        spec = st.spec
+        st.latency_ms.add(latency_ms)
+        st.freshness_s.add(fresh_s)
+        self.metrics.freshness(st.id, fresh_s)
+        st.last_answer = LastAnswer(
+            event_id=ev.id,
+            window_index=ev.window_index,
+            answer=ev.answer,
+            reasoning=ev.reasoning,
+            answered_at=ev.time,
+            random_weights=ev.random_weights,
+        )
+        await asyncio.to_thread(self.store.add_answer, st.id, ev.id, ev.model_dump_json(), w.thumbnail)
+        if spec.alert is not None:
+            hits = spec.alert.matches(ev.answer)
+            if hits:
+                st.alerts += 1
+                alert = AlertEvent(
+                    id=self.events.next_id(),
+                    stream_id=st.id,
+                    time=ev.time,
+                    window_index=ev.window_index,
+                    answer_event_id=ev.id,
+                    matched=hits,
+                    answer=ev.answer,
+                    random_weights=ev.random_weights,
+                )
+                self._event(alert)
+                if spec.webhook and self.webhooks is not None:
+                    self.webhooks.send(spec.webhook, alert)
 
     @staticmethod
-    async def _collect(chunks: AsyncIterator[ModelChunk]) -> tuple[ClipInfo | ErrorInfo, str, Done | None]:
-        """``(ClipInfo, text, Done)`` from a model stream, or ``(ErrorInfo, "", None)``.
+    async def _collect(
+        chunks: AsyncIterator[ModelChunk], on_first: Callable[[], None] | None = None
+    ) -> tuple[ClipInfo | ErrorInfo, str, Done | None]:
+        """``(ClipInfo, text, Done)`` from a model stream, or ``(ErrorInfo, "", None)``;
+        ``on_first`` is called at the first token (or the final chunk, whichever comes first).
 
         The stream is read to its end, past its final chunk (Done or ErrorInfo), so the model
         replica's call returns by itself and Serve logs and counts it (see :class:`serve_app.pipeline.ClipRun`).
@@ -547,6 +587,9 @@ class StreamRegistry:
                 parts.append(chunk.text)
             else:
                 final = chunk
+            if on_first is not None and (final is not None or parts):
+                on_first()
+                on_first = None
         if isinstance(final, ErrorInfo):
             return final, "", None
         if final is None:

@@ -45,6 +45,8 @@ class GenerationRequest:
         sampling: generation settings.
         patches: the clip already normalised and patchified in the decode tier
             (``model.vision_input: patches``, vllm backend only), else None.
+        clip_id: the server-made identity the clip shares with the other questions about it
+            (:attr:`serve_app.protocol.ClipQuestion.clip_id`), or None (the clip is this request's alone).
     """
 
     request_id: str
@@ -53,6 +55,7 @@ class GenerationRequest:
     prompt: str
     sampling: SamplingOptions
     patches: VisionPatches | None = None
+    clip_id: str | None = None
 
     @property
     def num_frames(self) -> int:
@@ -64,9 +67,10 @@ class GenerationRequest:
 
     @property
     def media_uuid(self) -> str:
-        """The clip's multimodal UUID (``clip-`` + the request id): vLLM keys its encoder cache by it,
-        so it is unique per request (two requests never share a cached clip)."""
-        return f"clip-{self.request_id}"
+        """The clip's multimodal UUID: vLLM keys its encoder and processor caches (and the clip's
+        prefix-cache blocks) by it. ``clip-`` + the shared :attr:`clip_id` when the clip has other
+        questions (they reuse its work), else ``clip-`` + the request id (never shared)."""
+        return f"clip-{self.clip_id}" if self.clip_id else f"clip-{self.request_id}"
 
 
 @dataclasses.dataclass

@@ -115,6 +115,22 @@ def test_ids_reaching_the_engine_are_fresh_server_uuids_not_the_client_id():
         assert CLIENT_ID not in rid and CLIENT_ID not in media
 
 
+def test_questions_sharing_a_clip_reach_the_engine_with_its_media_uuid_and_their_own_ids():
+    engine = RecordingEngine(ModelConfig())
+
+    async def go():
+        for clip_id in ("a1" * 16, "a1" * 16, "b2" * 16):
+            stream = answer_stream(engine, ClipQuestion(CLIENT_ID, "q?", SAMPLING, clip_id=clip_id), clip(),
+                                   model_name="m", system_prompt="s")
+            _ = [c async for c in stream]
+
+    asyncio.run(go())
+    ids = [rid for rid, _ in engine.seen]
+    media = [m for _, m in engine.seen]
+    assert len(set(ids)) == 3  # each question is its own engine request
+    assert media == ["clip-" + "a1" * 16, "clip-" + "a1" * 16, "clip-" + "b2" * 16]
+
+
 def test_two_http_requests_with_the_same_x_request_id_reach_the_engine_with_different_ids(data_dir):
     """Issue 13 item 2 over the whole graph (ingress → decoder → model → engine, values pickled)."""
     args = {
