@@ -34,6 +34,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import httpx
 from rich.console import Console
 from rich.live import Live
 
@@ -71,6 +72,10 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--target", default="http://127.0.0.1:8000",
                    help="base URL of the app, or 'double' to start the built-in fast test double")
     g.add_argument("--config", help="the server's Serve config (YAML): limits and allow_ignore_eos are checked")
+    g.add_argument("--api", choices=("native", "openai"), default="native",
+                   help="native: POST /v1/video/query of this service; openai: POST /v1/chat/completions of any "
+                   "OpenAI-compatible server (plain vllm serve), each window's cut bytes as a video_url data URL")
+    g.add_argument("--model", help="--api openai: the model name sent (default: the first of GET /v1/models)")
     g.add_argument("--api-key-env", help="environment variable holding the API key, sent as 'Authorization: "
                    "Bearer' (default: the config's api_key_env, else COSMOS_SERVE_API_KEY; unset: no key)")
     g.add_argument("--double-service-ms", type=float, default=50.0, help="--target double: time per request (ms)")
@@ -88,6 +93,8 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--max-frames", type=int, help="frame cap sent to the server (default: the server's)")
     g.add_argument("--question", action="append", help="question (repeat for a set, asked round-robin)")
     g.add_argument("--questions-file", help="file with one question per line")
+    g.add_argument("--all-questions", action="store_true",
+                   help="ask every question about every window (one request each, sent together), not round-robin")
     g.add_argument("--transport", choices=("upload", "path"), default="upload",
                    help="upload window clips, or send video_path + start_s/end_s (server-local files)")
     g = p.add_argument_group("schedule")
@@ -150,7 +157,8 @@ def settings_for(a: argparse.Namespace, n_cameras: int, app_config=None) -> RunS
     if ignore_eos is None:
         ignore_eos = bool(app_config is not None and app_config.model.allow_ignore_eos)
     return RunSettings(
-        target=a.target, cameras=cams, schedule=a.schedule, interval_s=a.interval_s, concurrency=a.concurrency,
+        target=a.target, api=a.api, model=a.model, all_questions=a.all_questions, cameras=cams,
+        schedule=a.schedule, interval_s=a.interval_s, concurrency=a.concurrency,
         stagger=a.stagger, seed=a.seed, duration_s=a.duration_s, warmup_s=a.warmup_s, max_requests=a.max_requests,
         request_timeout_s=a.request_timeout_s, drain_s=a.drain_s, transport=a.transport, stream=a.stream,
         max_tokens=a.max_tokens, temperature=a.temperature, request_seed=a.request_seed, ignore_eos=ignore_eos,
@@ -182,7 +190,7 @@ async def run_once(settings: RunSettings, out_dir: Path, *, live: bool, make_plo
     loop = asyncio.get_running_loop()
     with contextlib.suppress(NotImplementedError, RuntimeError):
         loop.add_signal_handler(signal.SIGINT, runner.stop)
-    console.print(f"[bold]loadtest[/] {len(feeds)} cameras → {settings.target}{settings.route} "
+    console.print(f"[bold]loadtest[/] {len(feeds)} cameras → {settings.target}{settings.effective_route} "
                   f"({settings.schedule}, {settings.duration_s:g} s, SLO {settings.effective_slo_s:g} s)")
     try:
         if live:
@@ -250,6 +258,8 @@ async def amain(a: argparse.Namespace) -> int:
                                 max_concurrency=a.double_concurrency)
     with double as target:
         a.target = target
+        if a.api == "openai" and not a.model:
+            a.model = await served_model(target, api_key)
         extra = {"title": a.title, "server_config": a.config}
         if is_double:
             extra["test_double"] = {"service_ms": a.double_service_ms, "token_ms": a.double_token_ms,
@@ -274,6 +284,23 @@ async def amain(a: argparse.Namespace) -> int:
         console.print(sweep_table(doc))
         console.print(f"sweep results: {out_dir / 'results.json'}")
         return 0 if doc["best_cameras"] else 1
+
+
+async def served_model(target: str, api_key: str | None) -> str:
+    """The first model id of an OpenAI-compatible server's ``GET /v1/models``.
+
+    Raises:
+        SystemExit: the server lists no model or cannot be reached (the message says which).
+    """
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        async with httpx.AsyncClient(timeout=30.0, trust_env=False) as client:
+            r = await client.get(f"{target}/v1/models", headers=headers)
+            r.raise_for_status()
+            return str(r.json()["data"][0]["id"])
+    except (httpx.HTTPError, KeyError, IndexError, ValueError) as e:
+        raise SystemExit(f"--api openai: could not read the model name from {target}/v1/models ({e}); "
+                         "give it with --model") from e
 
 
 def main(argv: list[str] | None = None) -> int:

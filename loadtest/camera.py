@@ -315,7 +315,8 @@ def cut_windows(path: str, window_s: float, max_preroll_s: float | None = None) 
 
 
 def source_windows(
-    source: str, window_s: float, *, transport: str = "upload", duration_s: float | None = None, count: int = 0
+    source: str, window_s: float, *, transport: str = "upload", duration_s: float | None = None, count: int = 0,
+    exact: bool = False,
 ) -> tuple[Window, ...]:
     """The windows a camera cycles through.
 
@@ -327,6 +328,9 @@ def source_windows(
         duration_s: URL sources: loop length in seconds (the clip behind the URL);
             None: windows advance forever (a live stream).
         count: URL sources without ``duration_s``: how many windows to plan.
+        exact: uploaded windows hold the window and nothing before it (remuxed only when a keyframe
+            starts the window, else re-encoded), for servers that take no ``start_s``/``end_s``
+            (an OpenAI chat request).
 
     Raises:
         WindowCutError: see :func:`cut_windows`.
@@ -348,4 +352,4 @@ def source_windows(
                      for k in range(n))
     if transport != "upload":
         raise ValueError(f"unknown transport {transport!r} (use 'upload' or 'path')")
-    return cut_windows(str(Path(source)), float(window_s))
+    return cut_windows(str(Path(source)), float(window_s), 0.0 if exact else None)

@@ -16,6 +16,7 @@ time to first token and counts the deltas (an OpenAI chat stream's
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
 import logging
@@ -39,11 +40,12 @@ class HttpRequest:
     json: dict[str, Any] | None = None
     data: dict[str, str] | None = None
     files: dict[str, tuple[str, bytes, str]] | None = None
+    upload_bytes: int = 0
 
     @property
     def bytes_sent(self) -> int:
-        """Clip bytes carried (the multipart ``video`` part), 0 for JSON."""
-        return sum(len(f[1]) for f in (self.files or {}).values())
+        """Clip bytes carried: the multipart ``video`` part, or a JSON body's data URL (before base64)."""
+        return sum(len(f[1]) for f in (self.files or {}).values()) + self.upload_bytes
 
 
 def _form_value(v: Any) -> str:
@@ -71,12 +73,45 @@ def request_fields(camera: CameraSpec, window: Window, question: str, settings: 
     return {k: v for k, v in fields.items() if v is not None}
 
 
-def build_request(camera: CameraSpec, window: Window, question: str, settings: RunSettings) -> HttpRequest:
-    """The request for one window of one camera.
+def chat_request(window: Window, question: str, settings: RunSettings) -> HttpRequest:
+    """An OpenAI Chat Completions request about one window (``api: openai``): one user message with
+    the window's cut MP4 as a ``video_url`` data URL, then the question, as any OpenAI-compatible
+    server takes it (plain ``vllm serve`` included; its ``ignore_eos`` is vLLM's extra parameter).
 
     Raises:
-        ValueError: an uploaded window without bytes.
+        ValueError: the window has no bytes (a URL or ``path`` camera), or ``settings.model`` is unset.
     """
+    if window.data is None:
+        raise ValueError("api openai sends the window's bytes: a cut window is needed (--transport upload)")
+    if not settings.model:
+        raise ValueError("api openai needs the model name (--model, or the server's GET /v1/models)")
+    url = "data:video/mp4;base64," + base64.b64encode(window.data).decode("ascii")
+    body: dict[str, Any] = {
+        "model": settings.model,
+        "messages": [{"role": "user", "content": [
+            {"type": "video_url", "video_url": {"url": url}}, {"type": "text", "text": question}]}],
+        "max_tokens": settings.max_tokens,
+        "stream": settings.stream,
+    }  # fmt: skip
+    if settings.stream:
+        body["stream_options"] = {"include_usage": True}
+    if settings.temperature is not None:
+        body["temperature"] = settings.temperature
+    if settings.request_seed is not None:
+        body["seed"] = settings.request_seed
+    if settings.ignore_eos:
+        body["ignore_eos"] = True
+    return HttpRequest(json=body, upload_bytes=len(window.data))
+
+
+def build_request(camera: CameraSpec, window: Window, question: str, settings: RunSettings) -> HttpRequest:
+    """The request for one window of one camera (``settings.api``: this service's route or OpenAI's).
+
+    Raises:
+        ValueError: an uploaded window without bytes; see :func:`chat_request`.
+    """
+    if settings.api == "openai":
+        return chat_request(window, question, settings)
     fields = request_fields(camera, window, question, settings)
     if is_url(camera.source):
         return HttpRequest(json={"video_url": camera.source, **fields})

@@ -57,6 +57,7 @@ class RequestRecord:
         bytes_sent: clip bytes uploaded.
         delta_events: streamed ``delta`` events received (streaming only).
         retry_after_s: the ``Retry-After`` header of a refused request, seconds (None: absent).
+        question_index: which of the camera's questions it asked (``all_questions``), None: round-robin.
     """
 
     seq: int
@@ -87,6 +88,7 @@ class RequestRecord:
     bytes_sent: int = 0
     delta_events: int = 0
     retry_after_s: float | None = None
+    question_index: int | None = None
 
     @property
     def ok(self) -> bool:

@@ -59,11 +59,12 @@ class Feed:
     cycle: bool = True
     requests: tuple[HttpRequest, ...] | None = None
 
-    def request(self, k: int, settings: RunSettings) -> HttpRequest:
-        """The body of the camera's request ``k``."""
+    def request(self, k: int, settings: RunSettings, question: int | None = None) -> HttpRequest:
+        """The body of the camera's request ``k`` (about question ``question`` when given, else round-robin)."""
         if self.requests is not None:
             return self.requests[(self.offset + k) % len(self.requests)]
-        return build_request(self.spec, self.window(k), self.question(k), settings)
+        text = self.question(k) if question is None else self.spec.questions[question]
+        return build_request(self.spec, self.window(k), text, settings)
 
     def has(self, k: int) -> bool:
         """Whether the camera has a request ``k`` (always, unless a non-cycling feed ran out)."""
@@ -94,7 +95,8 @@ def prepare_feeds(settings: RunSettings) -> list[Feed]:
         if is_url(cam.source) and cam.duration_s is None:
             feeds.append(Feed(cam, None, 0))
             continue
-        windows = source_windows(cam.source, cam.window_s, transport=settings.transport, duration_s=cam.duration_s)
+        windows = source_windows(cam.source, cam.window_s, transport=settings.transport, duration_s=cam.duration_s,
+                                 exact=settings.api == "openai")
         feeds.append(Feed(cam, windows, i % len(windows)))
     logger.info("prepared %d feeds in %.2f s", len(feeds), time.perf_counter() - t)
     return feeds
@@ -155,7 +157,7 @@ class Runner:
     async def run(self) -> list[RequestRecord]:
         """Runs to completion; returns the records in send order."""
         s = self.settings
-        url = s.route
+        url = s.effective_route
         async with self.client_factory(s) as client:
             self._t0 = self._now()
             tasks: set[asyncio.Task] = set()
@@ -186,13 +188,20 @@ class Runner:
             self.phase = "done"
         return self.records
 
+    def _questions(self, cam: int) -> list[int | None]:
+        """Question indexes sent per window: all of the camera's (``all_questions``), else one round-robin."""
+        if self.settings.all_questions and self.feeds[cam].requests is None:
+            return list(range(len(self.feeds[cam].spec.questions)))
+        return [None]
+
     def _new_record(
-        self, cam: int, k: int, scheduled_s: float, window_end_s: float, deadline_s: float
+        self, cam: int, k: int, scheduled_s: float, window_end_s: float, deadline_s: float,
+        question: int | None = None,
     ) -> RequestRecord:
         rec = RequestRecord(
             seq=len(self.records), camera_id=self.feeds[cam].spec.id, window_index=self.feeds[cam].window(k).index,
             warmup=scheduled_s < self.settings.warmup_s, scheduled_s=scheduled_s, sent_s=self.clock(),
-            window_end_s=window_end_s, deadline_s=deadline_s,
+            window_end_s=window_end_s, deadline_s=deadline_s, question_index=question,
         )
         self.records.append(rec)
         return rec
@@ -201,7 +210,7 @@ class Runner:
         feed = self.feeds[cam]
         self.inflight += 1
         try:
-            req = feed.request(k, self.settings)
+            req = feed.request(k, self.settings, rec.question_index)
             await send(client, url, req, rec, self.clock, self.settings.stream)
         except asyncio.CancelledError:
             rec.error_kind = "unfinished"
@@ -229,8 +238,9 @@ class Runner:
             await self._sleep_until(a.at_s)
             if not self._sending:
                 return
-            rec = self._new_record(a.camera, a.k, a.at_s, a.at_s, a.deadline_s)
-            self._start(client, url, a.camera, a.k, rec, tasks)
+            for question in self._questions(a.camera):  # all of a window's questions leave together
+                rec = self._new_record(a.camera, a.k, a.at_s, a.at_s, a.deadline_s, question)
+                self._start(client, url, a.camera, a.k, rec, tasks)
 
     def _more(self) -> bool:
         s = self.settings
@@ -250,8 +260,12 @@ class Runner:
             if not (self._more() and self.feeds[cam].has(k)):
                 return
             planned = next_s if pace_s else self.clock()
-            rec = self._new_record(cam, k, planned, planned, pace_s or self.feeds[cam].spec.window_s)
-            await asyncio.shield(self._start(client, url, cam, k, rec, tasks))
+            started = [
+                self._start(client, url, cam, k, self._new_record(
+                    cam, k, planned, planned, pace_s or self.feeds[cam].spec.window_s, question), tasks)
+                for question in self._questions(cam)
+            ]
+            await asyncio.shield(asyncio.gather(*started))
             if pace_s:
                 next_s = max(next_s + pace_s, self.clock())
             q += n

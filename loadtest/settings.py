@@ -16,6 +16,8 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from loadtest.camera import is_url
+
 #: The bundled clip every camera replays unless told otherwise (30 s, parking lot; CC-BY-4.0 Intel).
 DEFAULT_SOURCE = str(Path(__file__).resolve().parents[1] / "tests" / "data" / "intel_car-detection.mp4")
 
@@ -49,7 +51,15 @@ class RunSettings(_Model):
     """One run of the load tester."""
 
     target: str = Field("http://127.0.0.1:8000", description="Base URL of the app (default: loopback).")
-    route: str = Field("/v1/video/query", description="Query route.")
+    api: Literal["native", "openai"] = Field(
+        "native", description="native: this service's POST /v1/video/query; openai: POST /v1/chat/completions of "
+        "any OpenAI-compatible server (plain vllm serve included), each window's cut bytes as a video_url data URL.")
+    route: str | None = Field(None, description="Query route (None: /v1/video/query, or /v1/chat/completions "
+                              "with api openai).")
+    model: str | None = Field(None, description="api openai: the model name sent (None: the first of the "
+                              "server's GET /v1/models).")
+    all_questions: bool = Field(False, description="Ask every question of a camera about every window (one request "
+                                "each, sent together) instead of one question per window, round-robin.")
     cameras: list[CameraSpec] = Field(..., min_length=1, description="The camera feeds.")
     schedule: Literal["realtime", "interval", "poisson", "closed"] = Field("realtime", description="Arrival model.")
     interval_s: float | None = Field(None, gt=0, description="interval/poisson: period / mean gap per camera "
@@ -75,6 +85,22 @@ class RunSettings(_Model):
     max_error_rate: float = Field(0.01, gt=0, le=1, description="Keeps-up limit on errors / requests.")
     max_lag_growth: float = Field(0.05, description="Keeps-up limit on lag growth, seconds per second.")
     max_connections: int | None = Field(None, ge=1, description="HTTP connection pool size (None: unlimited).")
+
+    @model_validator(mode="after")
+    def _openai_needs_cut_windows(self) -> RunSettings:
+        if self.api == "openai":
+            urls = [c.id for c in self.cameras if is_url(c.source)]
+            if self.transport != "upload" or urls:
+                raise ValueError("api openai sends each window's bytes: use --transport upload and local clips "
+                                 f"(URL cameras: {', '.join(urls) or 'none'})")
+        return self
+
+    @property
+    def effective_route(self) -> str:
+        """The route requests go to."""
+        if self.route is not None:
+            return self.route
+        return "/v1/chat/completions" if self.api == "openai" else "/v1/video/query"
 
     @model_validator(mode="after")
     def _unique_ids(self) -> RunSettings:

@@ -8,9 +8,17 @@ freshness p50/p95 (answer time − window end, wall clock, as the server stamps 
 and dropped windows by reason (from ``GET /v1/streams/{id}`` at the end). The cameras are
 deleted afterwards. Output folder: ``results.json``, ``answers.csv`` and ``freshness.png``.
 
-Example::
+A level keeps up when every camera answered, p95 freshness ≤ ``--slo-s`` (3 s), dropped windows ≤
+``--max-drop-rate`` of those cut and freshness does not grow (:func:`verdict`); ``--sweep``/``--sweep-search``
+find the most cameras that keep up, as the request mode's sweep does. Several ``--question`` s are asked
+about every window (the service shares the window's clip among them); ``--ignore-eos`` fixes the answer
+length (the server must allow it); ``--skip-unchanged`` registers quiet-scene cameras.
+
+Examples::
 
     python -m loadtest --streams --cameras 4 --window-s 2 --fps 2 --duration-s 120
+    python -m loadtest --streams --window-s 10 --fps 4 --max-tokens 256 --ignore-eos --question A --question B
+        --question C --duration-s 60 --warmup-s 15 --sweep 8,16,24,32 --sweep-search
 """
 
 from __future__ import annotations
@@ -147,6 +155,39 @@ def _plot(answers: list[dict], names: dict[str, str], path: Path, t0: float) -> 
     plt.close(fig)
 
 
+def verdict(report: dict, answers: list[dict], slo_s: float, max_drop_rate: float, max_growth: float,
+            windows_cut: int) -> dict:
+    """Whether the cameras kept up: every camera answered, p95 freshness ≤ ``slo_s``, dropped windows
+    ≤ ``max_drop_rate`` of those cut, and freshness not growing by more than ``max_growth`` seconds per
+    second over the run (a least-squares slope over the standing question's answers).
+
+    Returns:
+        ``{"keeps_up": bool, "reasons": [...], "freshness_growth_s_per_s": float | None, "drop_rate": float}``.
+    """
+    total = report["total"]
+    reasons = []
+    if not total["every_camera_answered"]:
+        reasons.append("a camera got no answer")
+    p95 = total["freshness_s_p95"]
+    if p95 is None or p95 > slo_s:
+        reasons.append(f"p95 freshness {p95} s > SLO {slo_s:g} s")
+    drop_rate = total["dropped_total"] / windows_cut if windows_cut else 0.0
+    if drop_rate > max_drop_rate:
+        reasons.append(f"{total['dropped_total']} of {windows_cut} windows dropped "
+                       f"({drop_rate:.1%} > {max_drop_rate:.1%})")
+    std = [a for a in answers if a.get("question_index", 0) == 0]
+    growth = None
+    if len(std) >= 3:
+        t = np.array([a["_received"] for a in std])
+        f = np.array([a["timings"]["freshness_s"] for a in std])
+        if np.ptp(t) > 0:
+            growth = round(float(np.polyfit(t - t[0], f, 1)[0]), 4)
+            if growth > max_growth:
+                reasons.append(f"freshness grows {growth} s/s > {max_growth:g}")
+    return {"keeps_up": not reasons, "reasons": reasons, "freshness_growth_s_per_s": growth,
+            "drop_rate": round(drop_rate, 4)}
+
+
 def add_arguments(ap: argparse.ArgumentParser) -> None:
     """The ``--streams`` mode's options."""
     ap.add_argument("--streams", action="store_true", help="register cameras on the service and measure its events")
@@ -155,67 +196,141 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--source", choices=["file", "fake-rtsp"], default="file",
                     help="file: looping test clips (under the server's allowed roots); fake-rtsp: fake RTSP "
                     "cameras on 127.0.0.1 served by this process (the server must allow 127.0.0.1)")
+    ap.add_argument("--file", action="append", help="file cameras: clip names under the server's allowed roots "
+                    "(repeat; cameras take them in turn; default: four test clips)")
     ap.add_argument("--window-s", type=float, default=2.0)
     ap.add_argument("--fps", type=float, default=2.0)
     ap.add_argument("--max-tokens", type=int, default=8)
-    ap.add_argument("--question", default="What is happening?")
+    ap.add_argument("--question", action="append", help="a question asked about every window (repeat for several; "
+                    "default: 'What is happening?')")
+    ap.add_argument("--ignore-eos", action="store_true", help="answers run to --max-tokens (server must allow it)")
+    ap.add_argument("--skip-unchanged", type=float, metavar="THRESHOLD",
+                    help="register the cameras with skip_unchanged at this threshold (quiet scenes)")
+    ap.add_argument("--max-skip-s", type=float, default=60.0, help="with --skip-unchanged: forced answer period")
     ap.add_argument("--duration-s", type=float, default=60.0)
+    ap.add_argument("--warmup-s", type=float, default=0.0, help="answers received earlier are not measured")
+    ap.add_argument("--slo-s", type=float, default=3.0, help="keeps up: p95 freshness at most this (s)")
+    ap.add_argument("--max-drop-rate", type=float, default=0.01, help="keeps up: dropped / cut windows at most this")
+    ap.add_argument("--max-growth", type=float, default=0.05, help="keeps up: freshness growth at most this (s/s)")
+    ap.add_argument("--sweep", help="camera counts to try, e.g. 8,16,32 (ascending; stops at the first failure)")
+    ap.add_argument("--sweep-search", action="store_true", help="then bisect between best pass and first failure")
+    ap.add_argument("--sweep-pause-s", type=float, default=10.0, help="idle time between sweep levels")
     ap.add_argument("--api-key", default=None, help="sent as Authorization: Bearer (default: none)")
     ap.add_argument("--out", help="output folder (default: runs/loadtest/streams-<time>)")
 
 
-def run(argv: list[str]) -> int:
-    """``python -m loadtest --streams ...`` (see the module docstring). Returns the exit code."""
+def stream_body(a: argparse.Namespace, i: int, url: str) -> dict:
+    """The ``POST /v1/streams`` body of camera ``i``."""
+    body = {"url": url, "name": f"load-{i}", "window_s": a.window_s, "fps": a.fps, "loop": a.source == "file",
+            "questions": list(a.question or ["What is happening?"]), "max_tokens": a.max_tokens}
+    if a.ignore_eos:
+        body["ignore_eos"] = True
+    if a.skip_unchanged is not None:
+        body["skip_unchanged"] = {"threshold": a.skip_unchanged, "max_skip_s": a.max_skip_s}
+    return body
+
+
+def run_level(a: argparse.Namespace, n: int, out: Path, argv: list[str]) -> dict:
+    """One level: ``n`` cameras for ``--duration-s``; writes ``results.json``, ``answers.csv``, ``freshness.png``.
+
+    Raises:
+        RuntimeError: a camera's registration was refused (the status and message say why).
+    """
     import contextlib
 
-    ap = argparse.ArgumentParser(prog="python -m loadtest --streams", description=__doc__.split("\n")[0])
-    add_arguments(ap)
-    a = ap.parse_args(argv)
     headers = {"Authorization": f"Bearer {a.api_key}"} if a.api_key else {}
-    out = Path(a.out) if a.out else Path("runs/loadtest") / ("streams-" + dt.datetime.now().strftime("%Y%m%d-%H%M%S"))
+    files = a.file or DEFAULT_FILES
     ids: list[str] = []
     with contextlib.ExitStack() as stack, httpx.Client(base_url=a.target, headers=headers, timeout=60) as client:
         urls = []
-        for i in range(a.cameras):
+        for i in range(n):
             if a.source == "fake-rtsp":
                 from serve_app.testing.fake_camera import FakeCamera
 
                 urls.append(stack.enter_context(FakeCamera(seconds=4.0, fps=10, realtime=True, loop=True)).url)
             else:
-                urls.append(DEFAULT_FILES[i % len(DEFAULT_FILES)])
+                urls.append(files[i % len(files)])
         events = EventReader(a.target, headers)
         try:
             for i, url in enumerate(urls):
-                r = client.post("/v1/streams", json={
-                    "url": url, "name": f"load-{i}", "window_s": a.window_s, "fps": a.fps, "loop": a.source == "file",
-                    "questions": [a.question], "max_tokens": a.max_tokens})  # fmt: skip
+                r = client.post("/v1/streams", json=stream_body(a, i, url))
                 if r.status_code != 201:
-                    logger.error("registering camera %d failed: %s %s", i, r.status_code, r.text[:300])
-                    return 2
+                    raise RuntimeError(f"registering camera {i} failed: {r.status_code} {r.text[:300]}")
                 ids.append(r.json()["id"])
             t0 = time.time()
             time.sleep(a.duration_s)
-            duration = time.time() - t0
+            duration = time.time() - t0 - a.warmup_s
             statuses = {sid: client.get(f"/v1/streams/{sid}").json() for sid in ids}
         finally:
             events.stop()
             for sid in ids:
                 with contextlib.suppress(httpx.HTTPError):
                     client.delete(f"/v1/streams/{sid}")
-    answers = [x for x in events.answers if x["stream_id"] in ids and x["_received"] >= t0]
+    answers = [x for x in events.answers if x["stream_id"] in ids and x["_received"] >= t0 + a.warmup_s]
     report = summarize(answers, statuses, duration)
-    doc = {"mode": "streams", "command": "python -m loadtest --streams " + " ".join(argv),
+    report["total"]["answers_all_questions"] = len(answers)
+    cut = sum(st.get("windows_cut", 0) for st in statuses.values())
+    summary = verdict(report, answers, a.slo_s, a.max_drop_rate, a.max_growth, cut)
+    doc = {"mode": "streams", "command": "python -m loadtest --streams " + " ".join(argv), "cameras_count": n,
            "settings": {k: v for k, v in vars(a).items() if k != "api_key"}, "duration_s": round(duration, 1),
-           "event_reconnects": events.reconnects, **report}
+           "event_reconnects": events.reconnects, "summary": summary, **report}
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(doc, indent=1) + "\n")
     with open(out / "answers.csv", "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["stream_id", "window_index", "window_end_s", "received", "freshness_s", "latency_ms", "answer"])
+        w.writerow(["stream_id", "window_index", "question_index", "window_end_s", "received", "freshness_s",
+                    "latency_ms", "answer"])
         for x in answers:
-            w.writerow([x["stream_id"], x["window_index"], x["window"]["end_s"], round(x["_received"], 3),
-                        x["timings"]["freshness_s"], x["timings"]["latency_ms"], x["answer"]])
+            w.writerow([x["stream_id"], x["window_index"], x.get("question_index", 0), x["window"]["end_s"],
+                        round(x["_received"], 3), x["timings"]["freshness_s"], x["timings"]["latency_ms"], x["answer"]])
     _plot(answers, {sid: statuses[sid].get("name") for sid in ids}, out / "freshness.png", t0)
-    print(json.dumps(report["total"], indent=1))
-    print(f"report: {out / 'results.json'}")
-    return 0 if report["total"]["every_camera_answered"] else 1
+    return doc
+
+
+def run(argv: list[str]) -> int:
+    """``python -m loadtest --streams ...`` (see the module docstring). Returns the exit code: 0 keeps up
+    (a sweep: some level kept up), 1 not, 2 a registration was refused."""
+    from loadtest.sweep import next_search_level, parse_levels, sweep_decision
+
+    ap = argparse.ArgumentParser(prog="python -m loadtest --streams", description=__doc__.split("\n")[0])
+    add_arguments(ap)
+    a = ap.parse_args(argv)
+    out = Path(a.out) if a.out else Path("runs/loadtest") / ("streams-" + dt.datetime.now().strftime("%Y%m%d-%H%M%S"))
+    try:
+        if not a.sweep:
+            doc = run_level(a, a.cameras, out, argv)
+            print(json.dumps({**doc["total"], **doc["summary"]}, indent=1))
+            print(f"report: {out / 'results.json'}")
+            return 0 if doc["summary"]["keeps_up"] else 1
+        outcomes: list[tuple[int, bool]] = []
+        levels: list[dict] = []
+
+        def one(n: int) -> bool:
+            if levels:
+                time.sleep(a.sweep_pause_s)
+            doc = run_level(a, n, out / f"cameras-{n:03d}", argv)
+            ok = bool(doc["summary"]["keeps_up"])
+            outcomes.append((n, ok))
+            levels.append({"cameras": n, "results": f"cameras-{n:03d}/results.json", "summary": doc["summary"],
+                           "total": doc["total"]})
+            logger.info("streams sweep, %d cameras: %s", n, "keeps up" if ok else "; ".join(doc["summary"]["reasons"]))
+            return ok
+
+        for n in parse_levels(a.sweep):
+            if not one(n):
+                break
+        while a.sweep_search and (nxt := next_search_level(outcomes)) is not None:
+            if nxt in {c for c, _ in outcomes}:
+                break
+            one(nxt)
+    except RuntimeError as e:
+        logger.error("%s", e)
+        return 2
+    doc = {"kind": "sweep", "mode": "streams", "command": "python -m loadtest --streams " + " ".join(argv),
+           "settings": {k: v for k, v in vars(a).items() if k != "api_key"},
+           "levels": sorted(levels, key=lambda lv: lv["cameras"]), "best_cameras": sweep_decision(outcomes)}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(doc, indent=1) + "\n")
+    print(json.dumps({"best_cameras": doc["best_cameras"], "levels": outcomes}))
+    print(f"sweep results: {out / 'results.json'}")
+    return 0 if doc["best_cameras"] else 1

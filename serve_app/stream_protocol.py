@@ -121,6 +121,8 @@ class StreamCreate(_Frozen):
         ..., min_length=1, description="Questions asked about every window; the first is the standing question."
     )
     max_tokens: int | None = Field(None, gt=0, description="Answer budget in tokens (default: the model's).")
+    ignore_eos: bool = Field(False, description="Benchmark-only: answers run to max_tokens; needs "
+                             "model.allow_ignore_eos.")
     loop: bool = Field(False, description="Files: replay in real time, from the start again at the end.")
     alert: AlertRule | None = Field(None, description="When an answer raises an alert.")
     webhook: str | None = Field(None, max_length=4096, description="http(s) URL that receives alerts as JSON POSTs.")

@@ -472,6 +472,7 @@ class StreamRegistry:
             temperature=model.sampling.temperature,
             top_p=model.sampling.top_p,
             repetition_penalty=model.sampling.repetition_penalty,
+            ignore_eos=spec.ignore_eos,
         )
         rid = f"{st.id}-w{win.index}-q{qi}"
         t0 = time.time()

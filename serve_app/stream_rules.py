@@ -92,7 +92,8 @@ def check_stream_limits(spec: StreamCreate, config: AppConfig) -> None:
     Raises:
         InvalidRequestError (400): a value over a ``streams.*`` / ``limits.*`` limit (the message names
             the value, the limit and its setting), or a question holding a chat-template control token
-            (``<|im_end|>``, ``<|video_pad|>`` …: it would end the user's turn or add a video).
+            (``<|im_end|>``, ``<|video_pad|>`` …: it would end the user's turn or add a video), or
+            ``ignore_eos`` on a server without ``model.allow_ignore_eos``.
         PayloadTooLargeError (413): a question over ``limits.max_question_chars``.
     """
     s, lim = config.streams, config.limits
@@ -102,6 +103,11 @@ def check_stream_limits(spec: StreamCreate, config: AppConfig) -> None:
         )
     if spec.fps > s.max_fps:
         raise InvalidRequestError(f"fps is {spec.fps:g}; the limit is {s.max_fps:g} (streams.max_fps)", param="fps")
+    if spec.ignore_eos and not config.model.allow_ignore_eos:
+        raise InvalidRequestError(
+            "ignore_eos is a benchmark-only option and this server does not enable it (model.allow_ignore_eos: false)",
+            param="ignore_eos",
+        )
     if spec.every_s is not None and spec.every_s < spec.window_s:
         raise InvalidRequestError("every_s must be at least window_s (windows do not overlap)", param="every_s")
     frames = spec.window_s * spec.fps

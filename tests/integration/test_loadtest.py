@@ -72,3 +72,42 @@ def test_sweep_finds_the_camera_count_a_server_of_known_capacity_keeps_up_with(t
     assert doc["best_cameras"] == 4
     assert (out / "sweep.png").stat().st_size > 10_000
     assert (out / "cameras-008" / "results.json").exists()
+
+
+def test_the_openai_mode_drives_the_chat_route_with_every_question_per_window(cpu_app, data_dir, tmp_path):
+    out = tmp_path / "openai"
+    rc = main([
+        "--target", cpu_app, "--api", "openai", "--cameras", "1", "--source", str(data_dir / "intel_car-detection.mp4"),
+        "--window-s", "2", "--max-tokens", "4", "--ignore-eos", "--duration-s", "4", "--all-questions",
+        "--question", "Is anyone in danger?", "--question", "How many cars?",
+        "--request-timeout-s", "60", "--drain-s", "60", "--out", str(out), "--no-live", "--no-plots",
+    ])
+    assert rc in (0, 1)  # keeps up or not: a timing fact, recorded, not asserted
+    records = read_csv(out / "requests.csv")
+    # the model name came from GET /v1/models; 2 windows (0 and 2 s) × 2 questions, all through /v1/chat/completions
+    assert len(records) == 4 and all(r.ok and r.status == 200 for r in records), [r.error_message for r in records]
+    assert sorted(r.question_index for r in records) == [0, 0, 1, 1]
+    assert {r.completion_tokens for r in records} == {4}  # ignore_eos reached the engine through the chat route
+    assert all(r.prompt_tokens and r.ttft_ms is not None and r.bytes_sent > 0 for r in records)
+    doc = json.loads((out / "results.json").read_text())
+    assert doc["settings"]["api"] == "openai" and doc["settings"]["model"] == "tiny-random-qwen2_5_vl"
+
+
+def test_the_streams_mode_sweeps_cameras_with_several_questions_and_ignore_eos(cpu_app, tmp_path):
+    out = tmp_path / "streams"
+    rc = main([
+        "--streams", "--target", cpu_app, "--file", "intel_car-detection.mp4", "--window-s", "2", "--fps", "2",
+        "--max-tokens", "4", "--ignore-eos", "--question", "Anyone?", "--question", "How many cars?",
+        "--duration-s", "12", "--warmup-s", "2", "--slo-s", "30", "--sweep", "1", "--sweep-pause-s", "0",
+        "--out", str(out),
+    ])
+    assert rc in (0, 1)  # keeps up or not: a timing fact, recorded, not asserted
+    doc = json.loads((out / "results.json").read_text())
+    (level,) = doc["levels"]
+    assert level["cameras"] == 1 and set(level["summary"]) >= {"keeps_up", "reasons", "drop_rate"}
+    run = json.loads((out / level["results"]).read_text())
+    answers = (out / "cameras-001" / "answers.csv").read_text().splitlines()[1:]
+    questions = {line.split(",")[2] for line in answers}
+    assert questions == {"0", "1"}, answers[:4]  # both questions answered about the windows
+    assert run["total"]["answers_all_questions"] == len(answers) and run["total"]["answers"] >= 1
+    assert doc["best_cameras"] == (1 if level["summary"]["keeps_up"] else None)
