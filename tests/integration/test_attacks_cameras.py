@@ -410,3 +410,23 @@ def test_an_unresolvable_camera_host_is_not_a_clip_error(app, cleanup):
     assert r.status_code == 422, r.text
     err = r.json()["error"]
     assert (err["type"], err["param"]) == ("unresolvable_host", "url") and "clip" not in err["message"]
+
+
+# --- item 13: special-purpose addresses --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("address", ["192.0.0.8", "192.0.0.9", "192.31.196.1", "192.175.48.1", "fec0::1", "5f00::1"])
+def test_special_purpose_addresses_are_refused_as_cameras_webhooks_and_clips(app, cleanup, address):
+    """192.0.0.8 passed as public (a stream connected out to it). Now every IANA special-purpose block is
+    refused before any connection, as a camera, a webhook and a clip URL alike, the error naming the block."""
+    literal = f"[{address}]" if ":" in address else address
+    camera = register(app, url=f"rtsp://{literal}/cam", window_s=1, fps=1)
+    hook = register(app, window_s=1, fps=1, webhook=f"http://{literal}/hook")
+    clip = httpx.post(f"{app}/v1/video/query", json={"question": "q", "video_url": f"http://{literal}/a.mp4"},
+                      timeout=60)
+    for r, param in ((camera, "url"), (hook, "webhook"), (clip, "video_url")):
+        assert r.status_code == 403, r.text
+        err = r.json()["error"]
+        assert err["param"] == param and "reserved for" in err["message"] and address in err["message"]
+        assert "private" not in err["message"].split(";")[0]
+    assert httpx.get(f"{app}/v1/streams", timeout=30).json()["data"] == []
