@@ -21,6 +21,7 @@ from pydantic import BaseModel
 
 from serve_app.guards import log_safe
 from serve_app.config import AppConfig
+from serve_app.log_limit import LOG_LIMIT
 from serve_app.errors import ServeAppError
 from serve_app.sources import check_url, tls_verify
 from serve_app.stream_core import Backoff
@@ -87,12 +88,13 @@ class Webhooks:
                     return
                 reason = f"HTTP {r.status_code}"
             except ServeAppError as e:
-                logger.warning("webhook refused: %s", log_safe(e.message))
+                LOG_LIMIT.log(logger, logging.WARNING, "webhook refused", "webhook refused: %s", log_safe(e.message))
                 self.failed += 1
                 return
             except (httpx.HTTPError, OSError) as e:
                 reason = type(e).__name__
             if attempt < s.webhook_retries:
                 await asyncio.sleep(self.backoff.delay_s(attempt))
-        logger.warning("webhook delivery failed after %d attempts (%s)", s.webhook_retries + 1, reason)
+        LOG_LIMIT.log(logger, logging.WARNING, "webhook failed",
+                      "webhook delivery failed after %d attempts (%s)", s.webhook_retries + 1, reason)
         self.failed += 1
