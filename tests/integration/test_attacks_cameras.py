@@ -321,6 +321,22 @@ def test_a_tiny_temperature_is_greedy_and_a_tiny_repetition_penalty_is_400(app):
     assert penalty.json()["error"]["param"] == "repetition_penalty"
 
 
+# --- item 10: X-Request-Id ------------------------------------------------------------------------------
+
+
+def test_a_huge_or_non_ascii_request_id_is_echoed_bounded_and_as_sent(app):
+    """A 10 KB X-Request-Id came back in full in the body; UTF-8 came back as Latin-1 mojibake. (A
+    non-UTF-8 byte is Ray's proxy's own plain-text 500, before the app: docs/security.md's fronting-proxy
+    list says to replace the header.)"""
+    query = {"question": "What happens?", "video_path": CLIP, "max_tokens": 2}
+    big = httpx.post(f"{app}/v1/video/query", json=query, headers={"x-request-id": "a" * 10_000}, timeout=120)
+    utf8 = httpx.post(f"{app}/v1/video/query", json=query, timeout=120,
+                      headers=[(b"x-request-id", "caméra-東京".encode())])  # fmt: skip
+    assert (big.status_code, utf8.status_code) == (200, 200), (big.text, utf8.text)
+    assert big.json()["id"] == "a" * 127 + "…"
+    assert utf8.json()["id"] == "caméra-東京"
+
+
 # --- item 11: log lines forged through a stream's name ------------------------------------------------
 
 
