@@ -42,6 +42,7 @@ from serve_app.stream_protocol import (
     StreamEvent,
     StreamState,
     StreamStatus,
+    WebhookCounts,
     WindowTimes,
 )
 from serve_app.stream_reader import CameraReader, ReadyWindow
@@ -254,6 +255,8 @@ class StreamRegistry:
         del self.streams[sid]
         self.store.remove(sid)
         await self._stop(st)
+        if self.webhooks is not None:
+            self.webhooks.forget(sid)
         self._event(
             StateEvent(id=self.events.next_id(), stream_id=sid, time=time.time(), state="deleted", previous=st.state)
         )
@@ -306,6 +309,7 @@ class StreamRegistry:
             windows_answered=st.answered,
             windows_dropped=dict(st.dropped),
             alerts=st.alerts,
+            webhooks=self.webhooks.counts_of(st.id) if self.webhooks is not None else WebhookCounts(),
             reconnects=st.reconnects,
             last_error=st.last_error,
             latency_ms=st.latency_ms.summary(1),
@@ -479,7 +483,7 @@ class StreamRegistry:
                         )
                         self._event(alert)
                         if spec.webhook and self.webhooks is not None:
-                            self.webhooks.send(spec.webhook, alert)
+                            self.webhooks.send(spec.webhook, alert, st.id)
         if answered:
             st.answered += 1
             self.metrics.window(st.id, "answered")
