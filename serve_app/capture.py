@@ -26,6 +26,7 @@ import time
 import av
 
 from serve_app.guards import log_safe
+from serve_app.log_limit import LOG_LIMIT
 from serve_app.config import DecodeConfig, LimitsConfig, SourcesConfig
 from serve_app.container import check_frame_limits, configure_decoder, video_stream
 from serve_app.decoder import DecodedClip, FrameSampling
@@ -166,7 +167,8 @@ def capture_rtsp(
                 try:
                     frames = cc.decode(packet)
                 except av.error.FFmpegError as e:
-                    logger.info("rtsp %s: undecodable packet skipped (%s)", log_safe(checked.host), e)
+                    LOG_LIMIT.log(logger, logging.INFO, f"rtsp capture {checked.host}",
+                                  "rtsp %s: undecodable packet skipped (%s)", log_safe(checked.host), e)
                     continue
                 for f in frames:
                     n_decoded += 1

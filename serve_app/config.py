@@ -558,8 +558,20 @@ class StreamsConfig(_Model):
         "with the last error; with the backoff's 10-s cap about 3 minutes); 0: retry forever. Errors no retry "
         "can fix (not a video, no video stream, a forbidden source) fail a stream at once.",
     )
-    webhook_timeout_s: float = Field(5.0, gt=0, description="Seconds one webhook delivery may take.")
-    webhook_retries: int = Field(3, ge=0, le=10, description="Retries of a failed webhook delivery (with backoff).")
+    webhook_timeout_s: float = Field(
+        5.0, gt=0, description="Seconds one webhook delivery attempt may take in total (connect, send, answer)."
+    )
+    webhook_retries: int = Field(
+        3, ge=0, le=10, description="Retries of a webhook delivery after a transport error, timeout, 5xx, 408 or 429 "
+        "(exponential backoff); a 3xx or other 4xx is not retried.",
+    )
+    webhook_max_in_flight: int = Field(
+        32, ge=1, description="Webhook deliveries in flight at once, all streams; an alert past it is skipped."
+    )
+    webhook_max_in_flight_per_stream: int = Field(
+        4, ge=1, description="Webhook deliveries in flight at once for one stream, so one slow endpoint cannot take "
+        "every place; an alert past it is skipped (counted in the stream's status and cosmos_stream_webhooks).",
+    )
 
 
 class AppConfig(_Model):

@@ -153,6 +153,7 @@ class StreamMetrics:
     * ``cosmos_stream_windows`` (counter; stream, outcome = answered | skipped | dropped_<reason>)
     * ``cosmos_stream_reconnects`` (counter; stream)
     * ``cosmos_stream_freshness_s`` (gauge; stream): answer time − window end of the latest answer, seconds
+    * ``cosmos_stream_webhooks`` (counter; stream, outcome = delivered | failed | skipped): alert webhooks
     """
 
     def __init__(self) -> None:
@@ -162,6 +163,11 @@ class StreamMetrics:
             tag_keys=("stream", "outcome"),  # type: ignore[arg-type]  # ray types tag_keys as Tuple[str] (one key)
         )
         self.reconnects = Counter("cosmos_stream_reconnects", description="Camera reconnects.", tag_keys=("stream",))
+        self.webhooks = Counter(
+            "cosmos_stream_webhooks",
+            description="Alert webhook deliveries by outcome (skipped: too many in flight).",
+            tag_keys=("stream", "outcome"),  # type: ignore[arg-type]  # ray types tag_keys as Tuple[str] (one key)
+        )
         self.fresh = Gauge(
             "cosmos_stream_freshness_s", description="Latest answer time minus window end, s.", tag_keys=("stream",)
         )
@@ -177,3 +183,7 @@ class StreamMetrics:
     def freshness(self, stream_id: str, seconds: float) -> None:
         """The latest answer's freshness, seconds."""
         self.fresh.set(seconds, tags={"stream": stream_id})
+
+    def webhook(self, stream_id: str, outcome: str) -> None:
+        """One alert webhook delivered, failed or skipped."""
+        self.webhooks.inc(tags={"stream": stream_id, "outcome": outcome})

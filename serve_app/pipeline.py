@@ -22,6 +22,7 @@ from ray.exceptions import RayActorError, RayTaskError
 from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError
 
 from serve_app.guards import log_safe
+from serve_app.log_limit import LOG_LIMIT
 from serve_app.errors import ErrorInfo, OverloadedError, ServeAppError, UpstreamTimeoutError, internal_error
 from serve_app.protocol import ClipInfo, ClipQuestion, ClipSource, Delta, Done, ModelChunk, FrameSampling
 
@@ -73,10 +74,12 @@ class ClipRun:
             except TimeoutError:
                 if not final:
                     raise
-                logger.warning("model stream still open at the deadline after its final chunk")
+                LOG_LIMIT.log(logger, logging.WARNING, "model stream open at deadline",
+                              "model stream still open at the deadline after its final chunk")
                 return
             if final:
-                logger.warning("model stream sent %s after its final chunk; dropped", type(chunk).__name__)
+                LOG_LIMIT.log(logger, logging.WARNING, "model stream extra chunk",
+                              "model stream sent %s after its final chunk; dropped", type(chunk).__name__)
                 continue
             final = isinstance(chunk, Done | ErrorInfo)
             yield chunk

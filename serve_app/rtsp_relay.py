@@ -21,6 +21,8 @@ import struct
 import threading
 from urllib.parse import urlsplit
 
+from serve_app.log_limit import LOG_LIMIT
+
 logger = logging.getLogger(__name__)
 
 #: Longest RTSP message head (status line + headers) accepted from a camera, in bytes.
@@ -89,7 +91,8 @@ class RtspRelay:
             upstream = socket.create_connection((self.address, self.upstream_port), timeout=self.connect_timeout_s)
         except OSError as e:
             self.upstream_error = e
-            logger.info("rtsp relay: cannot reach the camera: %s", e.strerror or e)
+            LOG_LIMIT.log(logger, logging.INFO, f"rtsp relay {self.address}",
+                          "rtsp relay: cannot reach the camera: %s", e.strerror or e)
             self.close()
             return
         self._socks.append(upstream)
@@ -101,7 +104,7 @@ class RtspRelay:
         try:
             self._pump(client, upstream)
         except (OSError, ValueError) as e:  # a peer went away or timed out; a garbled camera stream
-            logger.info("rtsp relay: session ended: %s", e)
+            LOG_LIMIT.log(logger, logging.INFO, f"rtsp relay {self.address}", "rtsp relay: session ended: %s", e)
         finally:
             self.close()
 
@@ -127,7 +130,8 @@ class RtspRelay:
                             del pending[:passed]
                         if stop is not None:
                             self.redirect = stop
-                            logger.warning("rtsp relay: the camera answered with a redirect; refused")
+                            LOG_LIMIT.log(logger, logging.WARNING, f"rtsp relay {self.address}",
+                                          "rtsp relay: the camera answered with a redirect; refused")
                             return
         finally:
             sel.close()

@@ -33,6 +33,7 @@ from serve_app.errors import (
     PayloadTooLargeError,
     UnresolvableHostError,
 )
+from serve_app.special_addresses import describe, special_block
 
 #: Default ports of the URL schemes (RFC 9110, RFC 7826).
 DEFAULT_PORTS = {"http": 80, "https": 443, "rtsp": 554}
@@ -241,21 +242,22 @@ class PinnedRequest:
 
 
 def address_kind(address: str) -> str | None:
-    """Why ``address`` is not a public unicast address (e.g. ``"loopback"``), or None if it is.
+    """Why ``address`` is not a public unicast address, or None if it is: the special-purpose block that
+    holds it, e.g. ``"192.0.0.8/32, reserved for the IPv4 dummy address (RFC 7600)"``.
 
-    IPv4-mapped, 6to4 and Teredo IPv6 addresses are judged by the IPv4 address they carry.
+    One explicit table (:mod:`serve_app.special_addresses`: every entry of IANA's IPv4 and IPv6
+    special-purpose registries, site-local and multicast), not Python's version-dependent flags.
+    IPv4-mapped, 6to4 and Teredo IPv6 addresses are refused as the registry entries they are.
     """
+    block = special_block(address)
+    return None if block is None else describe(block)
+
+
+def _allowed(address: str, networks: list) -> bool:
+    """``address`` (or the IPv4 address an IPv4-mapped one carries) lies in one of ``networks``."""
     ip = ipaddress.ip_address(address.split("%")[0])
-    if isinstance(ip, ipaddress.IPv6Address):
-        inner = ip.ipv4_mapped or ip.sixtofour or (ip.teredo[1] if ip.teredo else None)
-        if inner is not None:
-            return address_kind(str(inner))
-    for kind in ("loopback", "link_local", "private", "multicast", "unspecified", "reserved"):
-        if getattr(ip, f"is_{kind}"):
-            return kind.replace("_", "-")
-    if not ip.is_global:
-        return "non-public"
-    return None
+    inner = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
+    return any(ip in n or (inner is not None and inner in n) for n in networks)
 
 
 def check_url(url: str, sources: SourcesConfig, *, resolve=None) -> CheckedURL:
@@ -273,8 +275,8 @@ def check_url(url: str, sources: SourcesConfig, *, resolve=None) -> CheckedURL:
 
     Raises:
         InvalidRequestError (400): not a URL with a host, or a port out of range.
-        ForbiddenSourceError (403): scheme not enabled, or the host resolves to a private,
-            loopback, link-local or otherwise non-public address (any of its addresses) outside
+        ForbiddenSourceError (403): scheme not enabled, or the host resolves to an address in a
+            special-purpose block (:func:`address_kind`; any of its addresses) outside
             ``sources.allowed_networks`` while ``sources.allow_private_networks`` is off.
         UnresolvableHostError (422, ``unresolvable_host``): the host name does not resolve.
     """
@@ -312,11 +314,11 @@ def check_url(url: str, sources: SourcesConfig, *, resolve=None) -> CheckedURL:
         allowed = sources.allowed_networks
         for address in addresses:
             kind = address_kind(address)
-            if kind is not None and not any(ipaddress.ip_address(address.split("%")[0]) in n for n in allowed):
+            if kind is not None and not _allowed(address, allowed):
                 shown = host if host == address else f"{host!r} resolves to {address}, which"
                 raise ForbiddenSourceError(
-                    f"video_url host {shown} is a {kind} address; this server only fetches clips from public "
-                    "addresses and sources.allowed_networks (sources.allow_private_networks is off)",
+                    f"video_url host {shown} is in {kind}; this server only connects to public addresses and "
+                    "sources.allowed_networks (sources.allow_private_networks is off)",
                     param="video_url",
                 )
     return CheckedURL(url=url, scheme=scheme, host=host, port=port, addresses=addresses)

@@ -157,6 +157,18 @@ class LastAnswer(_Frozen):
     random_weights: bool
 
 
+class WebhookCounts(_Frozen):
+    """A stream's alert webhook deliveries since the worker started it."""
+
+    delivered: int = Field(0, description="Answered with a 2xx.")
+    failed: int = Field(0, description="Ended without a 2xx (after retries; a 3xx or 4xx at once).")
+    skipped: int = Field(
+        0,
+        description="Not attempted: streams.webhook_max_in_flight_per_stream (this stream) or "
+        "streams.webhook_max_in_flight (all streams) deliveries were in flight.",
+    )
+
+
 class StreamStatus(_Frozen):
     """One stream: ``GET /v1/streams/{id}`` and the items of ``GET /v1/streams``."""
 
@@ -179,6 +191,7 @@ class StreamStatus(_Frozen):
     windows_skipped: int = Field(0, description="Windows not sent to the model: unchanged (skip_unchanged).")
     skip_unchanged: SkipUnchanged | None = None
     alerts: int
+    webhooks: WebhookCounts = Field(default_factory=WebhookCounts, description="Alert webhook deliveries.")
     reconnects: int
     last_error: str | None
     latency_ms: LatencySummary = Field(..., description="Window handed to the model → answer, ms.")

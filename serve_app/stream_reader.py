@@ -39,6 +39,7 @@ import numpy as np
 from av.video.reformatter import VideoReformatter
 
 from serve_app.guards import log_safe
+from serve_app.log_limit import LOG_LIMIT
 from serve_app.config import AppConfig
 from serve_app.container import configure_decoder, open_container, video_stream
 from serve_app.decoder import DecodedClip
@@ -301,6 +302,7 @@ class CameraReader:
         self._last_t = 0.0
         self._last_wall = 0.0
         self.reconnects = 0
+        self._log_key = f"camera reader {id(self):x}"  # this reader's repeated messages (serve_app.log_limit)
         self._source: RtspRelay | PinnedHttpBody | None = None  # what the open container reads through
 
     def start(self) -> None:
@@ -350,8 +352,9 @@ class CameraReader:
                     )
                     return
                 self.reconnects += 1
-                logger.info(
-                    "stream %s: %s; reconnecting in %.1f s", log_safe(self.spec.name or "-"), log_safe(msg), delay
+                LOG_LIMIT.log(  # a camera failing the same way forever must not flood the log
+                    logger, logging.INFO, self._log_key,
+                    "stream %s: %s; reconnecting in %.1f s", log_safe(self.spec.name or "-"), log_safe(msg), delay,
                 )
                 self.on_state("reconnecting", msg)
                 self.cutter.reset()

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 from serve_app.config import AppConfig
 from serve_app.errors import ErrorInfo, NotFoundError, OverloadedError, ServeAppError, error_value
 from serve_app.guards import log_safe
+from serve_app.log_limit import LOG_LIMIT
 from serve_app.pipeline import client_error
 from serve_app.protocol import ClipInfo, ClipQuestion, DecodedClip, Delta, Done, ModelChunk, SamplingOptions
 from serve_app.reasoning import split_reasoning
@@ -43,6 +44,7 @@ from serve_app.stream_protocol import (
     StreamEvent,
     StreamState,
     StreamStatus,
+    WebhookCounts,
     WindowTimes,
 )
 from serve_app.stream_reader import CameraReader, ReadyWindow
@@ -166,7 +168,8 @@ class StreamRegistry:
                 need = self._reserve(spec)
             except ServeAppError as e:
                 self._start_failed(sid, spec, created, f"not resumed: {e.message}")
-                logger.warning("stream %s not resumed: %s", log_safe(sid), log_safe(e.message))
+                LOG_LIMIT.log(logger, logging.WARNING, "stream resume", "stream %s not resumed: %s",
+                              log_safe(sid), log_safe(e.message))
                 continue
             self._start(sid, spec, created, need)
         return len(self.streams)
@@ -259,6 +262,8 @@ class StreamRegistry:
         del self.streams[sid]
         self.store.remove(sid)
         await self._stop(st)
+        if self.webhooks is not None:
+            self.webhooks.forget(sid)
         self._event(
             StateEvent(id=self.events.next_id(), stream_id=sid, time=time.time(), state="deleted", previous=st.state)
         )
@@ -313,6 +318,7 @@ class StreamRegistry:
             windows_skipped=st.skipped,
             skip_unchanged=spec.skip_unchanged,
             alerts=st.alerts,
+            webhooks=self.webhooks.counts_of(st.id) if self.webhooks is not None else WebhookCounts(),
             reconnects=st.reconnects,
             last_error=st.last_error,
             latency_ms=st.latency_ms.summary(1),
@@ -414,8 +420,9 @@ class StreamRegistry:
                 await self._answer(st, w)
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                logger.exception("stream %s: window %d failed", st.id, w.window.index)
+            except Exception:  # noqa: BLE001 - logged with its traceback (rate-limited), the window dropped
+                LOG_LIMIT.log(logger, logging.ERROR, f"stream {st.id} window", "stream %s: window %d failed",
+                              st.id, w.window.index, exc_info=True)
                 self._drop(st, "model_error")
             finally:
                 st.sent_refs.pop(w.window.index, None)  # answered or not, this window is done with
@@ -564,7 +571,7 @@ class StreamRegistry:
                 )
                 self._event(alert)
                 if spec.webhook and self.webhooks is not None:
-                    self.webhooks.send(spec.webhook, alert)
+                    self.webhooks.send(spec.webhook, alert, st.id)
 
     @staticmethod
     async def _collect(
@@ -581,7 +588,8 @@ class StreamRegistry:
         final: Done | ErrorInfo | None = None
         async for chunk in chunks:  # to the end: no return at the final chunk
             if final is not None:
-                logger.warning("model stream sent %s after its final chunk; dropped", type(chunk).__name__)
+                LOG_LIMIT.log(logger, logging.WARNING, "model stream extra chunk",
+                              "model stream sent %s after its final chunk; dropped", type(chunk).__name__)
             elif isinstance(chunk, ClipInfo):
                 info = chunk
             elif isinstance(chunk, Delta):

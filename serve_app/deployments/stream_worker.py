@@ -51,9 +51,10 @@ class StreamWorker:
         if self.config.model.vision_input == "patches":
             bf16_table()  # imports torch now (~4 s on a fresh replica), not on the first window
         self.store = StreamStore(self.config.streams.db_path, keep=self.config.streams.answer_history)
-        self.webhooks = Webhooks(self.config)
+        metrics = StreamMetrics()
+        self.webhooks = Webhooks(self.config, metrics=metrics)
         self.registry = StreamRegistry(
-            self.config, self._ask, self.store, StreamMetrics(), self.webhooks,
+            self.config, self._ask, self.store, metrics, self.webhooks,
             prepare=ray.put, release_memory=release_freed_memory,
         )  # fmt: skip
         n = self.registry.resume()

@@ -27,10 +27,13 @@ from serve_app.errors import ErrorInfo, ServeAppError, error_body, error_value
 from serve_app.guards import log_safe, mark_pipeline_full
 from serve_app.pipeline import ClipRun, causes, client_error, start_run
 from serve_app.protocol import ClipQuestion, ClipSource, Done, Turn
-from serve_app.serving.request_id import request_id_of
+from serve_app.serving.request_id import header_text, request_id_of
 from serve_app.serving.sse import StreamEncoder, sse_stream
 
 logger = logging.getLogger("ray.serve")
+
+#: Longest ``X-Camera-Id`` header logged, characters (the ``camera_id`` field's limit).
+MAX_CAMERA_ID_CHARS = 128
 
 
 def error_response(err: ServeAppError | ErrorInfo) -> JSONResponse:
@@ -89,7 +92,8 @@ class RouteRunner:
 
     async def run(self, request: Request, route: str, handler: Handler) -> Response:
         """Runs ``handler`` with metrics and an access-log line; any exception becomes the error response."""
-        ctx = RequestContext(request_id_of(request), time.perf_counter(), request.headers.get("x-camera-id"))
+        camera = header_text(request.scope, b"x-camera-id", MAX_CAMERA_ID_CHARS)  # as a request id: bounded, escaped
+        ctx = RequestContext(request_id_of(request), time.perf_counter(), camera)
         try:
             response = await handler(request, ctx)
             self._finished(route, ctx, response.status_code, None)

@@ -8,7 +8,12 @@ server) a request without the header gets a fresh one (:func:`new_request_id`).
 
 This id names the request in logs, metrics and responses only. It is the client's to
 choose, so it never keys anything shared: the engine gets ids the server makes
-(:func:`serve_app.generation.new_engine_request_id`).
+(:func:`serve_app.generation.new_engine_request_id`), and what the app echoes (response
+bodies) and logs is :func:`header_text` of it: UTF-8 (was: decoded as Latin-1, so ``é``
+came back as ``Ã©``), non-printable characters escaped, at most :data:`MAX_REQUEST_ID_CHARS`
+(was: a 10 KB id echoed in full). Ray's proxy echoes the header as it came in the response
+header and answers a non-UTF-8 byte with its own plain-text 500 before the app runs; a
+fronting proxy should replace the header (docs/security.md).
 """
 
 from __future__ import annotations
@@ -17,10 +22,28 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 STATE_KEY = "request_id"
+#: Longest request id the app echoes and logs, characters (a cut one ends with ``…``).
+MAX_REQUEST_ID_CHARS = 128
+
+
+def header_text(scope: Mapping[str, Any], name: bytes, limit_chars: int) -> str | None:
+    """A client header's value as the app may echo and log it, or None if absent.
+
+    The raw bytes are decoded as UTF-8 (an invalid byte becomes ``\\xNN``), every non-printable
+    character (controls, line and paragraph separators, bidi overrides …) becomes its escape
+    (``\\n``, ``\\u202e``), and the result is cut to ``limit_chars`` characters, the last one
+    ``…`` when cut. Header names are lower case bytes (ASGI).
+    """
+    raw = next((v for k, v in scope.get("headers", ()) if k == name), None)
+    if raw is None:
+        return None
+    text = bytes(raw).decode("utf-8", errors="backslashreplace")
+    if not text.isprintable():
+        text = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+    return text if len(text) <= limit_chars else text[: limit_chars - 1] + "…"
 
 
 def new_request_id() -> str:
@@ -40,7 +63,7 @@ class RequestIdMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            rid = Headers(scope=scope).get("x-request-id") or new_request_id()
+            rid = header_text(scope, b"x-request-id", MAX_REQUEST_ID_CHARS) or new_request_id()
             scope.setdefault("state", {})[STATE_KEY] = rid
         await self.app(scope, receive, send)
 

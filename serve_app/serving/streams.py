@@ -28,6 +28,7 @@ from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 
+from serve_app.log_limit import LOG_LIMIT
 from serve_app.api import parse_json_object, read_body, require_json, validation_error
 from serve_app.config import AppConfig
 from serve_app.errors import (
@@ -201,7 +202,8 @@ class StreamsServing:
             try:
                 result = await self.worker.events.remote(last, stream_id, POLL_S)
             except Exception as e:  # noqa: BLE001 - the worker replica died or is being replaced
-                logger.info("event stream ended: stream worker unavailable (%s)", type(e).__name__)
+                LOG_LIMIT.log(logger, logging.INFO, "event stream worker unavailable",
+                              "event stream ended: stream worker unavailable (%s)", type(e).__name__)
                 yield (
                     b'event: error\ndata: {"error": {"type": "overloaded", "message": '
                     b'"the stream worker is restarting; reconnect with Last-Event-ID", "param": null}}\n\n'

@@ -321,6 +321,22 @@ def test_a_tiny_temperature_is_greedy_and_a_tiny_repetition_penalty_is_400(app):
     assert penalty.json()["error"]["param"] == "repetition_penalty"
 
 
+# --- item 10: X-Request-Id ------------------------------------------------------------------------------
+
+
+def test_a_huge_or_non_ascii_request_id_is_echoed_bounded_and_as_sent(app):
+    """A 10 KB X-Request-Id came back in full in the body; UTF-8 came back as Latin-1 mojibake. (A
+    non-UTF-8 byte is Ray's proxy's own plain-text 500, before the app: docs/security.md's fronting-proxy
+    list says to replace the header.)"""
+    query = {"question": "What happens?", "video_path": CLIP, "max_tokens": 2}
+    big = httpx.post(f"{app}/v1/video/query", json=query, headers={"x-request-id": "a" * 10_000}, timeout=120)
+    utf8 = httpx.post(f"{app}/v1/video/query", json=query, timeout=120,
+                      headers=[(b"x-request-id", "caméra-東京".encode())])  # fmt: skip
+    assert (big.status_code, utf8.status_code) == (200, 200), (big.text, utf8.text)
+    assert big.json()["id"] == "a" * 127 + "…"
+    assert utf8.json()["id"] == "caméra-東京"
+
+
 # --- item 11: log lines forged through a stream's name ------------------------------------------------
 
 
@@ -410,3 +426,23 @@ def test_an_unresolvable_camera_host_is_not_a_clip_error(app, cleanup):
     assert r.status_code == 422, r.text
     err = r.json()["error"]
     assert (err["type"], err["param"]) == ("unresolvable_host", "url") and "clip" not in err["message"]
+
+
+# --- item 13: special-purpose addresses --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("address", ["192.0.0.8", "192.0.0.9", "192.31.196.1", "192.175.48.1", "fec0::1", "5f00::1"])
+def test_special_purpose_addresses_are_refused_as_cameras_webhooks_and_clips(app, cleanup, address):
+    """192.0.0.8 passed as public (a stream connected out to it). Now every IANA special-purpose block is
+    refused before any connection, as a camera, a webhook and a clip URL alike, the error naming the block."""
+    literal = f"[{address}]" if ":" in address else address
+    camera = register(app, url=f"rtsp://{literal}/cam", window_s=1, fps=1)
+    hook = register(app, window_s=1, fps=1, webhook=f"http://{literal}/hook")
+    clip = httpx.post(f"{app}/v1/video/query", json={"question": "q", "video_url": f"http://{literal}/a.mp4"},
+                      timeout=60)
+    for r, param in ((camera, "url"), (hook, "webhook"), (clip, "video_url")):
+        assert r.status_code == 403, r.text
+        err = r.json()["error"]
+        assert err["param"] == param and "reserved for" in err["message"] and address in err["message"]
+        assert "private" not in err["message"].split(";")[0]
+    assert httpx.get(f"{app}/v1/streams", timeout=30).json()["data"] == []
