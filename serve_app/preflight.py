@@ -321,6 +321,86 @@ def check_gpu_free(
         raise HardwareError(f"the vLLM model replica cannot start: {'; '.join(found)} (waited {waited:g} s)")
 
 
+#: Lowest CUDA compute capability (major × 10 + minor) whose GPUs multiply in fp8 (Ada 8.9, Hopper 9.0).
+#: Below it vLLM 0.24 runs ``quantization: fp8`` through its "FP8 Marlin kernel for GPUs that lack FP8
+#: hardware support" (``vllm/model_executor/kernels/linear/scaled_mm/marlin.py``, chosen below
+#: capability 89): weight-only fp8, activations in bf16 — half the weight memory, no faster prefill.
+FP8_MIN_CAPABILITY = 89
+
+
+def fp8_problems(quantization: object, capabilities: Sequence[int]) -> list[str]:
+    """Why ``engine_args.quantization`` cannot run as fp8 compute on these GPUs (pure).
+
+    Args:
+        quantization: the config's ``engine_args.quantization`` (None: not set).
+        capabilities: each of the replica's GPUs' compute capability, major × 10 + minor (A100: 80).
+
+    Returns:
+        One line per GPU below :data:`FP8_MIN_CAPABILITY` when ``quantization`` is ``fp8``; else empty.
+    """
+    if quantization != "fp8":
+        return []
+    return [
+        f"GPU {i} has compute capability {c // 10}.{c % 10}: vLLM runs quantization: fp8 there as weight-only "
+        "fp8 (Marlin kernels, activations in bf16): less weight memory but no faster prefill. fp8 needs "
+        "compute capability 8.9+ (Ada, Hopper: configs/h100-fp8.yaml, configs/h200-fp8.yaml); remove "
+        "quantization from engine_args on this GPU"
+        for i, c in enumerate(capabilities) if c < FP8_MIN_CAPABILITY
+    ]
+
+
+def read_gpu_capabilities(visible: str | None = None) -> list[int]:
+    """Compute capability (major × 10 + minor) of this process's GPUs from NVML, in ``CUDA_VISIBLE_DEVICES``
+    order (numeric indexes or UUIDs); NVML, not CUDA, so no CUDA context is made before vLLM forks.
+
+    Raises:
+        ImportError: the NVML binding (``nvidia-ml-py``) is not installed.
+        OSError: NVML cannot be read (no driver), as ``pynvml.NVMLError``'s message.
+    """
+    import pynvml
+
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES") if visible is None else visible
+    try:
+        pynvml.nvmlInit()
+        try:
+            if visible is None:
+                handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+            else:
+                handles = [
+                    pynvml.nvmlDeviceGetHandleByUUID(v) if v.startswith(("GPU-", "MIG-"))
+                    else pynvml.nvmlDeviceGetHandleByIndex(int(v))
+                    for v in (x.strip() for x in visible.split(",")) if v
+                ]
+            out = []
+            for h in handles:
+                major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(h)
+                out.append(int(major) * 10 + int(minor))
+            return out
+        finally:
+            pynvml.nvmlShutdown()
+    except pynvml.NVMLError as e:
+        raise OSError(str(e)) from e
+
+
+def check_fp8(quantization: object, read: Callable[[], list[int]] = read_gpu_capabilities) -> None:
+    """Fails at once when ``quantization: fp8`` would run weight-only on this replica's GPUs.
+
+    Skipped (with a log line) when NVML cannot be read.
+
+    Raises:
+        HardwareError: a GPU's compute capability is below :data:`FP8_MIN_CAPABILITY`; the message says why.
+    """
+    if quantization != "fp8":
+        return
+    try:
+        found = fp8_problems(quantization, read())
+    except (ImportError, OSError, ValueError) as e:
+        logger.info("fp8 preflight skipped: %s", e)
+        return
+    if found:
+        raise HardwareError(message(found, "the vLLM model replica will not run fp8"))
+
+
 if __name__ == "__main__":  # python -m serve_app.preflight CONFIG: see serve_app/preflight_cli.py
     from serve_app.preflight_cli import main
 

@@ -286,14 +286,21 @@ class VLLMEngine(Engine):
         """Builds ``AsyncLLM`` (model load, profiling, CUDA graphs).
 
         Raises:
-            serve_app.preflight.HardwareError: no vLLM or no CUDA GPU here (at once, before any import of vLLM).
+            serve_app.preflight.HardwareError: no vLLM or no CUDA GPU here, another process holds the GPU's
+                memory, or quantization: fp8 on a GPU below compute capability 8.9 (at once, before any import of vLLM).
         """
-        from serve_app.preflight import VLLM_DEFAULT_GPU_MEMORY_UTILIZATION, check_gpu_free, check_replica
+        from serve_app.preflight import (
+            VLLM_DEFAULT_GPU_MEMORY_UTILIZATION,
+            check_fp8,
+            check_gpu_free,
+            check_replica,
+        )
 
         t_start = time.perf_counter()
         check_replica()
         args = dict(self.config.engine_args)
         check_gpu_free(float(args.get("gpu_memory_utilization", VLLM_DEFAULT_GPU_MEMORY_UTILIZATION)))
+        check_fp8(args.get("quantization"))
         cache = self.config.compile_cache_dir
         if cache:
             os.environ.update(compile_cache_env(cache))  # before vLLM's import; the engine core inherits it
