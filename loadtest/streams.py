@@ -23,6 +23,7 @@ import logging
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -42,10 +43,10 @@ class EventReader:
         headers: extra request headers (e.g. ``Authorization``).
     """
 
-    def __init__(self, base: str, headers: dict | None = None):
+    def __init__(self, base: str, headers: dict[str, str] | None = None):
         self.base, self.headers = base, dict(headers or {})
-        self.answers: list[dict] = []
-        self.others: list[dict] = []
+        self.answers: list[dict[str, Any]] = []
+        self.others: list[dict[str, Any]] = []
         self.reconnects = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -83,7 +84,7 @@ def _pct(values: list[float], q: float) -> float | None:
     return round(float(np.percentile(values, q)), 3) if values else None
 
 
-def summarize(answers: list[dict], statuses: dict[str, dict], duration_s: float) -> dict:
+def summarize(answers: list[dict[str, Any]], statuses: dict[str, dict[str, Any]], duration_s: float) -> dict[str, Any]:
     """The report of a streams run.
 
     Args:
@@ -124,7 +125,7 @@ def summarize(answers: list[dict], statuses: dict[str, dict], duration_s: float)
     return {"total": total, "cameras": cams}
 
 
-def _plot(answers: list[dict], names: dict[str, str], path: Path, t0: float) -> None:
+def _plot(answers: list[dict[str, Any]], names: dict[str, str], path: Path, t0: float) -> None:
     import matplotlib
 
     matplotlib.use("Agg")

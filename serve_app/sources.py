@@ -22,7 +22,9 @@ import re
 import stat
 import socket
 import ssl
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from serve_app.config import SourcesConfig
@@ -258,7 +260,9 @@ def address_kind(address: str) -> str | None:
     return None
 
 
-def check_url(url: str, sources: SourcesConfig, *, resolve=None) -> CheckedURL:
+def check_url(
+    url: str, sources: SourcesConfig, *, resolve: Callable[..., list[tuple[Any, ...]]] | None = None
+) -> CheckedURL:
     """Checks a ``video_url`` against the scheme and network rules and resolves its host.
 
     Args:
