@@ -154,7 +154,7 @@ def render(pins: Iterable[Pin], freeze_path: str, what: str, refused: Iterable[s
     return header + "".join(f"{p.line()}\n" for p in pins)
 
 
-def _compile(uv: str, extras: Iterable[str], pins_flag: str, pins: Iterable[Pin]) -> subprocess.CompletedProcess:
+def _compile(uv: str, extras: Iterable[str], pins_flag: str, pins: Iterable[Pin]) -> subprocess.CompletedProcess[str]:
     with tempfile.TemporaryDirectory(prefix="cosmos-constraints-") as tmp:
         pinned = Path(tmp) / "pins.txt"
         pinned.write_text("".join(f"{p.name}=={public(p.version)}\n" for p in pins))

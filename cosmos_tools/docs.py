@@ -128,7 +128,7 @@ def default_of(info: FieldInfo) -> str:
     if info.is_required():
         return "required"
     if info.default_factory is not None:
-        return show(info.default_factory())  # type: ignore[call-arg]
+        return show(info.default_factory())  # type: ignore[call-arg]  # pydantic also types it as taking the data
     return show(info.default)
 
 

@@ -32,7 +32,7 @@ import signal
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from rich.console import Console
@@ -49,6 +49,9 @@ from loadtest.settings import (
 )
 from loadtest.schedule import SCHEDULES, STAGGERS
 from loadtest.sweep import parse_levels, run_sweep
+
+if TYPE_CHECKING:
+    from serve_app.config import AppConfig
 
 logger = logging.getLogger("loadtest")
 console = Console(stderr=True)
@@ -136,7 +139,7 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def settings_for(a: argparse.Namespace, n_cameras: int, app_config=None) -> RunSettings:
+def settings_for(a: argparse.Namespace, n_cameras: int, app_config: AppConfig | None = None) -> RunSettings:
     """The run settings for ``n_cameras`` from parsed CLI args."""
     questions = list(a.question or [])
     if a.questions_file:
@@ -182,7 +185,7 @@ def windows_info(feeds: list[Feed]) -> dict[str, Any]:
 
 
 async def run_once(settings: RunSettings, out_dir: Path, *, live: bool, make_plots: bool, title: str = "",
-                   extra: dict | None = None, api_key: str | None = None) -> dict:
+                   extra: dict[str, Any] | None = None, api_key: str | None = None) -> dict[str, Any]:
     """One run: cut windows, drive the feeds, write results/CSV/plots; returns the results document."""
     feeds = prepare_feeds(settings)
     load_before = os.getloadavg()
@@ -269,7 +272,7 @@ async def amain(a: argparse.Namespace) -> int:
                                  make_plots=a.plots, title=a.title, extra=extra, api_key=api_key)
             return 0 if doc["summary"]["keeps_up"] else 1
 
-        async def level(settings: RunSettings, sub: Path) -> dict:
+        async def level(settings: RunSettings, sub: Path) -> dict[str, Any]:
             title = f"{a.title} — {len(settings.cameras)} cameras" if a.title else ""
             return await run_once(settings, sub, live=live, make_plots=a.plots, title=title, extra=extra,
                                   api_key=api_key)

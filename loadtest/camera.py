@@ -33,11 +33,20 @@ import logging
 import math
 from fractions import Fraction
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import av
 
 from serve_app.sources import DEFAULT_PORTS
 from serve_app.timeline import INDEX_TIMED_FORMATS  # the server times these by frame index: windows are re-encoded
+
+if TYPE_CHECKING:
+    from av.container import OutputContainer
+    from av.video.frame import VideoFrame
+    from av.video.stream import VideoStream
+
+    #: A window being re-encoded: (window index, its MP4 buffer, container, stream, last pts written).
+    _Open = tuple[int, io.BytesIO, OutputContainer, VideoStream, int]
 
 logger = logging.getLogger(__name__)
 
@@ -209,9 +218,9 @@ def _reencode(src: Path, idx: _Index, ranges: dict[int, tuple[float, float]]) ->
     tb_out = Fraction(1, 1000)
     order = sorted(ranges, key=lambda k: ranges[k][0])
     out_bytes: dict[int, bytes] = {}
-    cur = None  # (k, buffer, container, stream, last_pts)
+    cur: _Open | None = None  # (k, buffer, container, stream, last_pts)
 
-    def close(state) -> None:
+    def close(state: _Open) -> None:
         k, buf, out, ostream, last_pts = state
         if last_pts < 0:
             raise WindowCutError(f"{src}: no frame decoded in window {k} {ranges[k]}")
@@ -220,7 +229,7 @@ def _reencode(src: Path, idx: _Index, ranges: dict[int, tuple[float, float]]) ->
         out.close()
         out_bytes[k] = buf.getvalue()
 
-    def open_window(k: int, frame) -> tuple:
+    def open_window(k: int, frame: VideoFrame) -> _Open:
         buf = io.BytesIO()
         out = av.open(buf, mode="w", format="mp4")
         ostream = out.add_stream("libx264", rate=Fraction(rate).limit_denominator(1001), options=REENCODE_OPTIONS)

@@ -23,14 +23,19 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from typing import TYPE_CHECKING
 
 from serve_app.testing.ports import free_port
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+    from starlette.applications import Starlette
 
 logger = logging.getLogger(__name__)
 
 
-def build_double(service_ms: float = 50.0, token_ms: float = 0.0, max_concurrency: int = 0):
+def build_double(service_ms: float = 50.0, token_ms: float = 0.0, max_concurrency: int = 0) -> Starlette:
     """The double's Starlette app.
 
     Args:
@@ -55,10 +60,10 @@ def build_double(service_ms: float = 50.0, token_ms: float = 0.0, max_concurrenc
     sem = asyncio.Semaphore(max_concurrency) if max_concurrency > 0 else None
     stats = {"requests": 0, "bytes": 0}
 
-    def sse(event) -> bytes:
+    def sse(event: str | BaseModel) -> bytes:
         return f"data: {event if isinstance(event, str) else event.model_dump_json()}\n\n".encode()
 
-    async def query(request: Request):
+    async def query(request: Request) -> Response:
         rid = request.headers.get("x-request-id") or new_request_id()
         t0 = time.perf_counter()
         try:
@@ -88,7 +93,7 @@ def build_double(service_ms: float = 50.0, token_ms: float = 0.0, max_concurrenc
             await asyncio.sleep(service_ms / 1000)
             ttft_ms = (time.perf_counter() - q_start) * 1000 - queue_ms
 
-            def body(cls=QueryResponse):
+            def body(cls: type[QueryResponse] = QueryResponse) -> QueryResponse:
                 done = Done(
                     finish_reason="length", prompt_tokens=n_frames * 100 + 50, completion_tokens=n_tokens,
                     queue_ms=queue_ms, model_ms=service_ms + n_tokens * token_ms, ttft_ms=ttft_ms,
@@ -100,7 +105,7 @@ def build_double(service_ms: float = 50.0, token_ms: float = 0.0, max_concurrenc
                 return Response(body().model_dump_json(), media_type="application/json",
                                 headers={"x-request-id": rid})
 
-            async def events():
+            async def events() -> AsyncIterator[bytes]:
                 yield sse(QueryClipEvent(id=rid, video=video, warnings=list(info.warnings)))
                 for _ in range(n_tokens):
                     if token_ms:
@@ -112,7 +117,7 @@ def build_double(service_ms: float = 50.0, token_ms: float = 0.0, max_concurrenc
             # Tokens stream outside the semaphore hold only when token_ms is 0 (the common capacity check).
             return StreamingResponse(events(), media_type="text/event-stream", headers={"x-request-id": rid})
 
-    async def healthz(request: Request):
+    async def healthz(request: Request) -> JSONResponse:
         return JSONResponse({"status": "ok", **stats})
 
     return Starlette(routes=[Route("/v1/video/query", query, methods=["POST"]),

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import matplotlib
 
@@ -23,16 +24,19 @@ import numpy as np
 from loadtest.records import RequestRecord
 from loadtest.statistics import percentiles, timeline
 
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
 logger = logging.getLogger(__name__)
 
 
-def _ecdf(ax, values: Sequence[float], label: str) -> None:
+def _ecdf(ax: Axes, values: Sequence[float], label: str) -> None:
     """Matplotlib's empirical CDF (``Axes.ecdf``, matplotlib ≥ 3.8) of a non-empty sample, n in the label."""
     if len(values):
         ax.ecdf(values, label=f"{label} (n={len(values)})")
 
 
-def latency_cdf(ax, records: Sequence[RequestRecord]) -> None:
+def latency_cdf(ax: Axes, records: Sequence[RequestRecord]) -> None:
     """CDF of end-to-end latency and client TTFT (successful, measured requests)."""
     ok = [r for r in records if r.ok and not r.warmup]
     lat = [r.latency_ms / 1000 for r in ok if r.latency_ms is not None]
@@ -51,12 +55,12 @@ def latency_cdf(ax, records: Sequence[RequestRecord]) -> None:
     ax.legend(loc="lower right", fontsize=8)
 
 
-def scheduling_lag(ax, records: Sequence[RequestRecord]) -> None:
+def scheduling_lag(ax: Axes, records: Sequence[RequestRecord]) -> None:
     """CDF of the client's scheduling lag (sent − scheduled), milliseconds, log scale."""
     lag = [max(r.lag_ms, 1e-3) for r in records if not r.warmup]
     _ecdf(ax, lag, "scheduling lag")
     if lag:
-        p99 = percentiles(lag, (99,))["p99"]
+        p99 = cast(float, percentiles(lag, (99,))["p99"])  # not None: lag is not empty
         ax.axvline(p99, color="tab:red", lw=1, ls=":", label=f"p99 {p99:.1f} ms")
     ax.set_xscale("log")
     ax.set_xlabel("milliseconds (log)")
@@ -66,7 +70,7 @@ def scheduling_lag(ax, records: Sequence[RequestRecord]) -> None:
     ax.legend(loc="lower right", fontsize=8)
 
 
-def qps_latency(ax, records: Sequence[RequestRecord], bin_s: float | None = None) -> None:
+def qps_latency(ax: Axes, records: Sequence[RequestRecord], bin_s: float | None = None) -> None:
     """Completed requests per second (bars) and p50/p95 latency (lines) per time bin."""
     ends = [r.done_s for r in records if r.done_s is not None]
     span = max(ends) if ends else 1.0
@@ -81,6 +85,7 @@ def qps_latency(ax, records: Sequence[RequestRecord], bin_s: float | None = None
     ax.set_ylabel("requests / s")
     ax2 = ax.twinx()
     # Distinct markers: with one request per bin p50 = p95 and the two would hide each other.
+    key: Literal["latency_p50_ms", "latency_p95_ms"]
     for key, style, marker in (("latency_p50_ms", "-", "."), ("latency_p95_ms", "--", "x")):
         y = np.asarray([np.nan if v is None else v / 1000 for v in tl[key]])
         ax2.plot(t, y, style, color="tab:orange", marker=marker, label=key.split("_")[1] + " latency")
@@ -93,7 +98,7 @@ def qps_latency(ax, records: Sequence[RequestRecord], bin_s: float | None = None
     ax.legend(h1 + h2, l1 + l2, loc="upper left", fontsize=8)
 
 
-def camera_freshness(ax, records: Sequence[RequestRecord], slo_s: float) -> None:
+def camera_freshness(ax: Axes, records: Sequence[RequestRecord], slo_s: float) -> None:
     """Each camera's freshness against its window end time; × marks errors/unfinished."""
     by_cam: dict[str, list[RequestRecord]] = defaultdict(list)
     for r in records:
@@ -120,6 +125,7 @@ def write_run_plots(out_dir: Path, records: Sequence[RequestRecord], slo_s: floa
     """Writes the run's PNGs into ``out_dir``; returns their paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
+    draw: Callable[[Axes], None]
     for name, draw in (
         ("latency_cdf.png", lambda ax: latency_cdf(ax, records)),
         ("timeline.png", lambda ax: qps_latency(ax, records)),
@@ -144,7 +150,7 @@ def write_run_plots(out_dir: Path, records: Sequence[RequestRecord], slo_s: floa
     return paths
 
 
-def write_sweep_plot(path: Path, doc: dict) -> Path:
+def write_sweep_plot(path: Path, doc: dict[str, Any]) -> Path:
     """The sweep curve: p50/p95 freshness and error rate against cameras, SLO and the best count marked."""
     levels = sorted(doc["levels"], key=lambda lv: lv["cameras"])
     n = [lv["cameras"] for lv in levels]

@@ -15,7 +15,7 @@ import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console, Group
 from rich.panel import Panel
@@ -23,6 +23,10 @@ from rich.table import Table
 
 from loadtest.records import RequestRecord
 from loadtest.statistics import Criteria, distribution, summarize
+
+if TYPE_CHECKING:
+    from loadtest.runner import Runner
+    from loadtest.settings import RunSettings
 
 logger = logging.getLogger(__name__)
 
@@ -36,12 +40,14 @@ def now_iso() -> str:
     return dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat()
 
 
-def criteria_of(settings) -> Criteria:
+def criteria_of(settings: RunSettings) -> Criteria:
     """The keeps-up criteria of a :class:`loadtest.settings.RunSettings`."""
     return Criteria(settings.effective_slo_s, settings.max_error_rate, settings.max_lag_growth)
 
 
-def build_results(settings, records: Sequence[RequestRecord], *, extra: dict[str, Any] | None = None) -> dict:
+def build_results(
+    settings: RunSettings, records: Sequence[RequestRecord], *, extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """The ``results.json`` document of one run."""
     doc: dict[str, Any] = {
         "kind": "run",
@@ -73,7 +79,7 @@ def read_csv(path: Path) -> list[RequestRecord]:
         return [RequestRecord.from_row(row) for row in csv.DictReader(f)]
 
 
-def write_run(out_dir: Path, doc: dict, records: Sequence[RequestRecord]) -> Path:
+def write_run(out_dir: Path, doc: dict[str, Any], records: Sequence[RequestRecord]) -> Path:
     """Writes ``results.json`` and ``requests.csv`` into ``out_dir``; returns the JSON path."""
     out_dir.mkdir(parents=True, exist_ok=True)
     write_csv(records, out_dir / REQUESTS_CSV)
@@ -82,12 +88,13 @@ def write_run(out_dir: Path, doc: dict, records: Sequence[RequestRecord]) -> Pat
     return path
 
 
-def load_results(path: Path) -> dict:
+def load_results(path: Path) -> dict[str, Any]:
     """A saved ``results.json`` (run or sweep)."""
-    return json.loads(Path(path).read_text())
+    doc: dict[str, Any] = json.loads(Path(path).read_text())
+    return doc
 
 
-def records_of(doc: dict, results_path: Path) -> list[RequestRecord]:
+def records_of(doc: dict[str, Any], results_path: Path) -> list[RequestRecord]:
     """The request records of a saved run (its ``requests.csv``, next to ``results.json``).
 
     Raises:
@@ -121,7 +128,7 @@ DIST_ROWS = (
 )
 
 
-def summary_table(summary: dict) -> Table:
+def summary_table(summary: dict[str, Any]) -> Table:
     """Distributions (count, mean, p50/p90/p95/p99, max) of a run's summary."""
     t = Table(title="distributions (measured requests)", title_justify="left")
     t.add_column("metric")
@@ -135,7 +142,7 @@ def summary_table(summary: dict) -> Table:
     return t
 
 
-def headline(summary: dict) -> str:
+def headline(summary: dict[str, Any]) -> str:
     """Counts, throughput, errors and the verdict as text."""
     s = summary
     errs = ", ".join(f"{k}: {v}" for k, v in s["errors_by_type"].items()) or "none"
@@ -156,7 +163,7 @@ def headline(summary: dict) -> str:
     )
 
 
-def camera_table(cameras: list[dict], limit: int = 24) -> Table:
+def camera_table(cameras: list[dict[str, Any]], limit: int = 24) -> Table:
     """Per-camera freshness, misses, lag growth and verdict (failing cameras first when cut)."""
     rows = cameras
     if len(cameras) > limit:  # show the worst
@@ -174,7 +181,7 @@ def camera_table(cameras: list[dict], limit: int = 24) -> Table:
     return t
 
 
-def render_run(doc: dict, console: Console | None = None) -> None:
+def render_run(doc: dict[str, Any], console: Console | None = None) -> None:
     """Prints a run's summary, distributions and per-camera table."""
     console = console or Console()
     console.print(Panel(headline(doc["summary"]), title=f"loadtest → {doc.get('target', '?')}", expand=False))
@@ -182,7 +189,7 @@ def render_run(doc: dict, console: Console | None = None) -> None:
     console.print(camera_table(doc["cameras"]))
 
 
-def sweep_table(doc: dict) -> Table:
+def sweep_table(doc: dict[str, Any]) -> Table:
     """One row per sweep level."""
     t = Table(title=f"sweep: best = {doc['best_cameras']} cameras", title_justify="left")
     for col in ("cameras", "QPS", "fresh p50 s", "fresh p95 s", "lat p95 ms", "errors", "growth s/s", "keeps up"):
@@ -198,7 +205,7 @@ def sweep_table(doc: dict) -> Table:
 class LiveView:
     """The rich renderable shown while a run is going (refreshed by ``rich.live.Live``)."""
 
-    def __init__(self, runner, title: str = "loadtest", rows: int = 12):
+    def __init__(self, runner: Runner, title: str = "loadtest", rows: int = 12):
         self.runner = runner
         self.title = title
         self.rows = rows
@@ -210,7 +217,7 @@ class LiveView:
         recs = list(r.records)
         done = [x for x in recs if x.done_s is not None or x.stopped_s is not None]
         ok = [x for x in done if x.ok]
-        recent = [x for x in ok if x.done_s >= now - 10]
+        recent = [x for x in ok if x.done_s is not None and x.done_s >= now - 10]  # ok: done_s is set
         fresh = distribution(x.freshness_s for x in done if not x.warmup)
         lag = distribution(x.lag_ms for x in recs)
         head = (

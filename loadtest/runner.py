@@ -33,7 +33,7 @@ import httpx
 from loadtest.camera import Window, is_url, source_windows
 from loadtest.client import HttpRequest, build_request, make_client, send
 from loadtest.records import RequestRecord
-from loadtest.schedule import phases, plan
+from loadtest.schedule import Arrival, phases, plan
 from loadtest.settings import CameraSpec, RunSettings
 
 logger = logging.getLogger(__name__)
@@ -160,7 +160,7 @@ class Runner:
         url = s.effective_route
         async with self.client_factory(s) as client:
             self._t0 = self._now()
-            tasks: set[asyncio.Task] = set()
+            tasks: set[asyncio.Task[None]] = set()
             self.phase = "sending"
             main: asyncio.Future[Any]
             if s.schedule == "closed":
@@ -221,7 +221,9 @@ class Runner:
             if self.on_record is not None:
                 self.on_record(rec)
 
-    def _start(self, client, url, cam: int, k: int, rec: RequestRecord, tasks: set) -> asyncio.Task:
+    def _start(
+        self, client: httpx.AsyncClient, url: str, cam: int, k: int, rec: RequestRecord, tasks: set[asyncio.Task[None]]
+    ) -> asyncio.Task[None]:
         task = asyncio.create_task(self._send(client, url, cam, k, rec))
         tasks.add(task)
         task.add_done_callback(tasks.discard)
@@ -233,7 +235,9 @@ class Runner:
         while self._sending and (delay := at_s - self.clock()) > 1e-6:
             await asyncio.sleep(delay)
 
-    async def _dispatch_all(self, client, url, arrivals, tasks: set) -> None:
+    async def _dispatch_all(
+        self, client: httpx.AsyncClient, url: str, arrivals: list[Arrival], tasks: set[asyncio.Task[None]]
+    ) -> None:
         for a in arrivals:
             await self._sleep_until(a.at_s)
             if not self._sending:
@@ -246,7 +250,7 @@ class Runner:
         s = self.settings
         return self._sending and self.clock() < s.duration_s and len(self.records) < s.max_requests
 
-    async def _worker(self, client, url, w: int, tasks: set) -> None:
+    async def _worker(self, client: httpx.AsyncClient, url: str, w: int, tasks: set[asyncio.Task[None]]) -> None:
         s = self.settings
         n_cams = len(self.feeds)
         n = s.concurrency or n_cams

@@ -11,12 +11,15 @@ read with :func:`serve_app.config.app_config_from_file`) and are checked by
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from loadtest.camera import is_url
+
+if TYPE_CHECKING:
+    from serve_app.config import AppConfig
 
 #: The bundled clip every camera replays unless told otherwise (30 s, parking lot; CC-BY-4.0 Intel).
 DEFAULT_SOURCE = str(Path(__file__).resolve().parents[1] / "tests" / "data" / "intel_car-detection.mp4")
@@ -147,7 +150,7 @@ def make_cameras(
     ]
 
 
-def load_cameras_file(path: str | Path, defaults: dict) -> list[CameraSpec]:
+def load_cameras_file(path: str | Path, defaults: dict[str, Any]) -> list[CameraSpec]:
     """Cameras from a YAML list; keys missing in an entry come from ``defaults``.
 
     Raises:
@@ -172,7 +175,7 @@ class ServerLimitError(ValueError):
     """The run asks for something the server's config refuses."""
 
 
-def check_against_server(settings: RunSettings, app_config) -> None:
+def check_against_server(settings: RunSettings, app_config: AppConfig) -> None:
     """Checks the run against a server's :class:`serve_app.config.AppConfig` before sending.
 
     Raises:

@@ -16,7 +16,7 @@ import dataclasses
 import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -215,14 +215,24 @@ def summarize(records: Sequence[RequestRecord], criteria: Criteria) -> dict[str,
     return {"summary": summary, "cameras": cameras}
 
 
-def _cam_key(camera_id: str) -> tuple:
+def _cam_key(camera_id: str) -> tuple[str, int, str]:
     """Natural sort: cam-2 before cam-10."""
     head = camera_id.rstrip("0123456789")
     tail = camera_id[len(head):]
     return (head, int(tail) if tail else -1, camera_id)
 
 
-def timeline(records: Sequence[RequestRecord], bin_s: float) -> dict[str, list[float | None] | list[float] | list[int]]:
+class Timeline(TypedDict):
+    """The series of :func:`timeline`, one entry per time bin."""
+
+    t_s: list[float]
+    qps: list[float]
+    latency_p50_ms: list[float | None]
+    latency_p95_ms: list[float | None]
+    errors: list[int]
+
+
+def timeline(records: Sequence[RequestRecord], bin_s: float) -> Timeline:
     """Per-time-bin series (by completion time): completions/s, p50 and p95 latency.
 
     Returns:

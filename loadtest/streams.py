@@ -31,6 +31,7 @@ import logging
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -50,10 +51,10 @@ class EventReader:
         headers: extra request headers (e.g. ``Authorization``).
     """
 
-    def __init__(self, base: str, headers: dict | None = None):
+    def __init__(self, base: str, headers: dict[str, str] | None = None):
         self.base, self.headers = base, dict(headers or {})
-        self.answers: list[dict] = []
-        self.others: list[dict] = []
+        self.answers: list[dict[str, Any]] = []
+        self.others: list[dict[str, Any]] = []
         self.reconnects = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -91,7 +92,7 @@ def _pct(values: list[float], q: float) -> float | None:
     return round(float(np.percentile(values, q)), 3) if values else None
 
 
-def summarize(answers: list[dict], statuses: dict[str, dict], duration_s: float) -> dict:
+def summarize(answers: list[dict[str, Any]], statuses: dict[str, dict[str, Any]], duration_s: float) -> dict[str, Any]:
     """The report of a streams run.
 
     Args:
@@ -132,7 +133,7 @@ def summarize(answers: list[dict], statuses: dict[str, dict], duration_s: float)
     return {"total": total, "cameras": cams}
 
 
-def _plot(answers: list[dict], names: dict[str, str], path: Path, t0: float) -> None:
+def _plot(answers: list[dict[str, Any]], names: dict[str, str], path: Path, t0: float) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -155,8 +156,8 @@ def _plot(answers: list[dict], names: dict[str, str], path: Path, t0: float) -> 
     plt.close(fig)
 
 
-def verdict(report: dict, answers: list[dict], slo_s: float, max_drop_rate: float, max_growth: float,
-            windows_cut: int) -> dict:
+def verdict(report: dict[str, Any], answers: list[dict[str, Any]], slo_s: float, max_drop_rate: float,
+            max_growth: float, windows_cut: int) -> dict[str, Any]:
     """Whether the cameras kept up: every camera answered, p95 freshness ≤ ``slo_s``, dropped windows
     ≤ ``max_drop_rate`` of those cut, and freshness not growing by more than ``max_growth`` seconds per
     second over the run (a least-squares slope over the standing question's answers).
@@ -219,7 +220,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--out", help="output folder (default: runs/loadtest/streams-<time>)")
 
 
-def stream_body(a: argparse.Namespace, i: int, url: str) -> dict:
+def stream_body(a: argparse.Namespace, i: int, url: str) -> dict[str, Any]:
     """The ``POST /v1/streams`` body of camera ``i``."""
     body = {"url": url, "name": f"load-{i}", "window_s": a.window_s, "fps": a.fps, "loop": a.source == "file",
             "questions": list(a.question or ["What is happening?"]), "max_tokens": a.max_tokens}
@@ -230,7 +231,7 @@ def stream_body(a: argparse.Namespace, i: int, url: str) -> dict:
     return body
 
 
-def run_level(a: argparse.Namespace, n: int, out: Path, argv: list[str]) -> dict:
+def run_level(a: argparse.Namespace, n: int, out: Path, argv: list[str]) -> dict[str, Any]:
     """One level: ``n`` cameras for ``--duration-s``; writes ``results.json``, ``answers.csv``, ``freshness.png``.
 
     Raises:
@@ -303,7 +304,7 @@ def run(argv: list[str]) -> int:
             print(f"report: {out / 'results.json'}")
             return 0 if doc["summary"]["keeps_up"] else 1
         outcomes: list[tuple[int, bool]] = []
-        levels: list[dict] = []
+        levels: list[dict[str, Any]] = []
 
         def one(n: int) -> bool:
             if levels:

@@ -644,7 +644,8 @@ class AppConfig(_Model):
 
 def load_serve_config(path: str | Path) -> dict[str, Any]:
     """Reads a Serve config file (YAML) into a dict."""
-    return yaml.safe_load(Path(path).read_text())
+    doc: dict[str, Any] = yaml.safe_load(Path(path).read_text())
+    return doc
 
 
 def app_config_from_file(path: str | Path, app_index: int = 0) -> AppConfig:

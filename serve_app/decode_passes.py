@@ -14,6 +14,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import av
 import numpy as np
@@ -25,6 +27,12 @@ from serve_app.errors import PayloadTooLargeError, UpstreamTimeoutError
 from serve_app.frames import FrameStore
 from serve_app.frame_sampling import FrameSelector, FrameGrid
 from serve_app.timeline import DISCONTINUITY_S, Timeline
+
+if TYPE_CHECKING:
+    from av.container import InputContainer
+    from av.video.stream import VideoStream
+
+    from serve_app.decoder import FrameSampling
 
 #: Containers whose raw elementary streams know no rate (FFmpeg assumes 25 fps); the bitstream's may.
 _RAW_FORMATS = frozenset({"h264", "hevc", "m4v", "mjpeg"})
@@ -41,7 +49,7 @@ class PacketIndex:
     discard: list[bool]  # the container discards the picture (before an edit list's start)
     keys: list[bool]  # keyframe packets
     refs: list[bool | None]  # reference picture (bitstream), None when unknown
-    kept: list[av.Packet]  # packets of the window, decode order, from a keyframe (or the first packet)
+    kept: list[av.Packet[VideoStream]]  # packets of the window, decode order, from a keyframe (or the first packet)
     kept_first: int  # index of kept[0]
     count: int  # non-empty video packets seen
     last_duration: int | None  # duration of the last packet, stream time base
@@ -50,7 +58,8 @@ class PacketIndex:
 
 
 def demux(
-    container, stream, request, index_timed: bool, limits: LimitsConfig, deadline: float
+    container: InputContainer, stream: VideoStream, request: FrameSampling, index_timed: bool, limits: LimitsConfig,
+    deadline: float,
 ) -> PacketIndex:
     """Reads every video packet (to the window's end plus a post-roll) without decoding.
 
@@ -139,8 +148,8 @@ def _packet_time(idx: PacketIndex, timeline: Timeline, i: int) -> float:
 
 
 def decode_planned(
-    stream, idx: PacketIndex, timeline: Timeline, wanted: dict[int, float], store: FrameStore, deadline: float,
-    decode: DecodeConfig,
+    stream: VideoStream, idx: PacketIndex, timeline: Timeline, wanted: dict[int, float], store: FrameStore,
+    deadline: float, decode: DecodeConfig,
 ) -> Decoded:  # fmt: skip
     """The fast path: decodes the kept packets, skipping non-reference pictures nobody keeps, converting
     the frames whose pts is in ``wanted`` (pts → seconds). Stops at the first sign of trouble (a decode
@@ -152,14 +161,14 @@ def decode_planned(
     skipping = False
     out = Decoded()
     remaining = len(wanted)
-    last_pts = None
+    last_pts: int | None = None
 
-    def take(frames) -> None:
+    def take(frames: Iterable[av.VideoFrame]) -> None:
         nonlocal remaining, last_pts
         for f in frames:
             out.decoded += 1
-            t = wanted.get(f.pts)
-            if t is not None and (last_pts is None or f.pts > last_pts):
+            t = wanted.get(f.pts) if f.pts is not None else None  # wanted holds no None key
+            if t is not None and f.pts is not None and (last_pts is None or f.pts > last_pts):
                 if f.is_corrupt:
                     out.trouble = f"the decoder flagged the picture at {t:.2f} s as corrupt"
                     return
@@ -203,7 +212,7 @@ def decode_planned(
 
 
 def decode_plain(
-    stream, idx: PacketIndex, timeline: Timeline, grid: FrameGrid, rate: float, store: FrameStore,
+    stream: VideoStream, idx: PacketIndex, timeline: Timeline, grid: FrameGrid, rate: float, store: FrameStore,
     deadline: float, decode: DecodeConfig, limits: LimitsConfig,
 ) -> Decoded:  # fmt: skip
     """The plain path: decodes every kept packet, as a player does, past errors; picks the frame nearest
@@ -222,11 +231,12 @@ def decode_plain(
     n = 0  # frames output
     off, last_t = 0.0, -math.inf
 
-    def when(f) -> float:
+    def when(f: av.VideoFrame) -> float:
         nonlocal off, last_t
         if timeline.index_timed or f.pts is None:
             t = (idx.kept_first + n) * step if timeline.index_timed else last_t + step
         else:
+            assert timeline.origin is not None  # set when not index-timed
             t = (f.pts - timeline.origin) * tb + off
             if t < last_t - DISCONTINUITY_S:  # a new recording starts: continue after the last frame
                 off += last_t + step - t
@@ -234,7 +244,7 @@ def decode_plain(
         last_t = max(last_t, t)
         return t
 
-    def push(frames) -> None:
+    def push(frames: Iterable[av.VideoFrame]) -> None:
         nonlocal n
         for f in frames:
             if n == 0:
@@ -278,7 +288,7 @@ def error_warning(errors: list[tuple[float, str]]) -> str:
     return f"damaged data at {t:.2f} s ({msg}){tail}"
 
 
-def frame_rate(container, stream) -> float | None:
+def frame_rate(container: InputContainer, stream: VideoStream) -> float | None:
     """Nominal frame rate (frames/s): the container's, or for raw streams the bitstream's (H.264 VUI timing)."""
     candidates = [stream.average_rate, stream.guessed_rate]
     if container.format.name in _RAW_FORMATS:

@@ -49,6 +49,7 @@ import logging
 import math
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -61,6 +62,10 @@ from serve_app.frames import FrameStore
 from serve_app.frame_sampling import FrameGrid, plan_grid, plan_picks
 from serve_app.timeline import INDEX_TIMED_FORMATS, Gap, Timeline, build_timeline, find_gaps
 from serve_app.vision_patches import VisionPatches, patchify
+
+if TYPE_CHECKING:
+    from av.container import InputContainer
+    from av.video.stream import VideoStream
 
 logger = logging.getLogger(__name__)
 
@@ -163,7 +168,7 @@ class DecodedClip:
 
     @classmethod
     def from_store(cls, store: FrameStore, *, fps: float, source_fps: float | None, duration_s: float,
-                   warnings: list[str], t_start: float, **extra) -> DecodedClip:
+                   warnings: list[str], t_start: float, **extra: Any) -> DecodedClip:
         """The clip a :class:`FrameStore` holds (padded to an even count), timed from ``t_start``
         (``time.perf_counter()`` when decoding began); ``extra`` sets further fields."""
         frames, timestamps, padded = store.finish()
@@ -339,7 +344,7 @@ def _size_change_warnings(store: FrameStore) -> list[str]:
     ]
 
 
-def _sample_aspect(stream) -> float | None:
+def _sample_aspect(stream: VideoStream) -> float | None:
     """Width/height of one source pixel: the container's value, else the codec's (FFmpeg's
     ``av_guess_sample_aspect_ratio`` order); None when square or unknown."""
     for sar in (stream.sample_aspect_ratio, stream.codec_context.sample_aspect_ratio):
@@ -348,7 +353,7 @@ def _sample_aspect(stream) -> float | None:
     return None
 
 
-def _declared_duration(container, stream) -> float | None:
+def _declared_duration(container: InputContainer, stream: VideoStream) -> float | None:
     """Clip length in seconds that the header claims for the video stream (or the container),
     counted from the clip's start: some demuxers count durations from 0 (MP4 fragments,
     Matroska), others from the first timestamp (MPEG-TS), so the start time is taken off
@@ -388,7 +393,7 @@ def _plan_wanted(idx: PacketIndex, timeline: Timeline, grid: FrameGrid) -> dict[
     return {int(cand[order[i]]): float(times[i]) for i in picks}
 
 
-def describe(clip: DecodedClip) -> dict:
+def describe(clip: DecodedClip) -> dict[str, Any]:
     """JSON-ready metadata of a decoded clip (no pixels)."""
     return {
         "num_frames": clip.num_frames,

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
+from typing import Any
 from urllib.parse import urljoin
 
 import httpx
@@ -26,7 +28,9 @@ logger = logging.getLogger(__name__)
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 
 
-def fetch_url(url: str, sources: SourcesConfig, max_bytes: int, *, resolve=None) -> bytes:
+def fetch_url(
+    url: str, sources: SourcesConfig, max_bytes: int, *, resolve: Callable[..., list[tuple[Any, ...]]] | None = None
+) -> bytes:
     """The body of an ``http(s)`` URL.
 
     Args:

@@ -645,7 +645,7 @@ class SharedResult(Generic[T]):
         self.clock = clock
         self.calls = 0
         self._value: tuple[float, T] | None = None
-        self._pending: asyncio.Future | None = None
+        self._pending: asyncio.Future[tuple[T, int]] | None = None
 
     async def get(self) -> tuple[T, int]:
         """The result and the number of the call that produced it (1, 2, …).

@@ -24,7 +24,10 @@ checkpoints come from the same string.
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import jinja2
 
 # --- Vision geometry (preprocessor_config.json; config.json vision_config) -------------------------
 
@@ -155,7 +158,7 @@ COSMOS_MAX_TOKENS = 4096
 
 
 @functools.cache
-def _compiled_template() -> Any:
+def _compiled_template() -> jinja2.Template:
     import jinja2.ext
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 

@@ -88,7 +88,8 @@ def replica_counts(config: AppConfig) -> dict[str, tuple[int, int]]:
 def reserved_cpus(config: AppConfig, largest: bool = False) -> float:
     """CPUs the deployments reserve (``num_cpus`` × replicas) at their smallest (or largest) replica counts."""
     counts = replica_counts(config)
-    return sum(getattr(config, f).num_cpus * counts[f][1 if largest else 0] for f in DEPLOYMENT_FIELDS)
+    total: float = sum(getattr(config, f).num_cpus * counts[f][1 if largest else 0] for f in DEPLOYMENT_FIELDS)
+    return total
 
 
 def cpu_problems(config: AppConfig, cpus: float) -> list[str]:
@@ -134,10 +135,10 @@ def check_build(config: AppConfig, env: Mapping[str, str] | None = None) -> None
 
     if not ray.is_initialized():
         return  # built outside Ray (tests, tooling): nothing to ask
-    alive = [n for n in ray.nodes() if n.get("Alive")]
+    alive = [n for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]  # unannotated in Ray
     if _in_cluster(env, len(alive)):
         return
-    resources = ray.cluster_resources()
+    resources = ray.cluster_resources()  # type: ignore[no-untyped-call]  # unannotated in Ray
     if config.model.backend == "vllm" or config.model_replica.num_gpus > 0:
         found = problems(config, float(resources.get("GPU", 0)), vllm_installed())
         if found:

@@ -16,6 +16,7 @@ import importlib.util
 import json
 import logging
 from pathlib import Path
+from typing import Any
 
 from tokenizers import AddedToken, Tokenizer, normalizers
 from transformers.convert_slow_tokenizer import TikTokenConverter, bytes_to_unicode
@@ -108,7 +109,8 @@ class QwenTikTokenConverter(TikTokenConverter):
     """
 
     def __init__(self, vocab_file: str | Path | None = None):
-        super().__init__(vocab_file=str(vocab_file or tiktoken_file()), pattern=PRETOKENIZE_REGEX)
+        # transformers' TikTokenConverter and bytes_to_unicode (below) are unannotated
+        super().__init__(vocab_file=str(vocab_file or tiktoken_file()), pattern=PRETOKENIZE_REGEX)  # type: ignore[no-untyped-call]
 
     @staticmethod
     def load_tiktoken_bpe(tiktoken_url: str) -> dict[bytes, int]:
@@ -118,7 +120,7 @@ class QwenTikTokenConverter(TikTokenConverter):
     def extract_vocab_merges_from_model(self, tiktoken_url: str) -> tuple[dict[str, int], list[tuple[str, str]]]:
         """Vocabulary (byte-level strings → ids) and one merge per multi-byte token, in rank order."""
         ranks = self.load_tiktoken_bpe(tiktoken_url)
-        byte_encoder = bytes_to_unicode()
+        byte_encoder: dict[int, str] = bytes_to_unicode()  # type: ignore[no-untyped-call]  # unannotated upstream
 
         def to_str(b: bytes) -> str:
             return "".join(byte_encoder[x] for x in b)
@@ -147,7 +149,7 @@ class QwenTikTokenConverter(TikTokenConverter):
         return tokenizer
 
 
-def tokenizer_config() -> dict:
+def tokenizer_config() -> dict[str, Any]:
     """``tokenizer_config.json`` for Qwen2.5-VL (eos ``<|im_end|>``, pad ``<|endoftext|>``).
 
     Without this file eos wrongly becomes 151643 (model-facts.md).

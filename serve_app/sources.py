@@ -22,7 +22,9 @@ import re
 import stat
 import socket
 import ssl
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from serve_app.config import SourcesConfig
@@ -253,14 +255,16 @@ def address_kind(address: str) -> str | None:
     return None if block is None else describe(block)
 
 
-def _allowed(address: str, networks: list) -> bool:
+def _allowed(address: str, networks: Sequence[ipaddress.IPv4Network | ipaddress.IPv6Network]) -> bool:
     """``address`` (or the IPv4 address an IPv4-mapped one carries) lies in one of ``networks``."""
     ip = ipaddress.ip_address(address.split("%")[0])
     inner = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
     return any(ip in n or (inner is not None and inner in n) for n in networks)
 
 
-def check_url(url: str, sources: SourcesConfig, *, resolve=None) -> CheckedURL:
+def check_url(
+    url: str, sources: SourcesConfig, *, resolve: Callable[..., list[tuple[Any, ...]]] | None = None
+) -> CheckedURL:
     """Checks a ``video_url`` against the scheme and network rules and resolves its host.
 
     Args:

@@ -151,7 +151,7 @@ class NewestWinsQueue(Generic[T]):
         assert self._ready is not None
         while not self._items:
             await self._ready.wait()
-        return self.get_nowait()  # type: ignore[return-value]
+        return self.get_nowait()  # type: ignore[return-value]  # items is non-empty here: never None
 
     def __len__(self) -> int:
         return len(self._items)

@@ -480,7 +480,7 @@ class CameraReader:
                     self._emit(w, rate)
             return got
         except Exception as e:
-            e.got_frames = got  # type: ignore[attr-defined]
+            e.got_frames = got  # type: ignore[attr-defined]  # tags the error for run() (read with getattr)
             raise
         finally:
             container.close()

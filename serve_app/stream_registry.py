@@ -375,7 +375,7 @@ class StreamRegistry:
                 self._skip(st, w, decision)
                 return
             st.sent_refs[w.window.index] = (w.window.end_s, w.grids[-1])
-        w.handed_at = time.time()  # type: ignore[attr-defined]
+        w.handed_at = time.time()  # type: ignore[attr-defined]  # hand-off time, read back with getattr
         dropped = st.queue.put(w)
         if dropped is not None:
             st.sent_refs.pop(dropped.window.index, None)

@@ -39,11 +39,15 @@ import io
 import re
 from collections.abc import Mapping, MutableMapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from serve_app.config import AppConfig
+
+if TYPE_CHECKING:
+    from ruamel.yaml import YAML
+
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CONFIG = "configs/a100.yaml"
@@ -172,8 +176,9 @@ def source_of(serve_config: str) -> str | None:
     return match["source"] if match else None
 
 
-def _yaml():
+def _yaml() -> YAML:
     from ruamel.yaml import YAML
+
 
     rt = YAML()  # round-trip: comments, key order, flow style and quotes survive
     rt.preserve_quotes = True

@@ -43,7 +43,8 @@ _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 def ray_container(group: Mapping[str, Any]) -> dict[str, Any]:
     """The Ray container of a group's pod template: KubeRay's convention is the first one."""
     containers = group.get("template", {}).get("spec", {}).get("containers") or [{}]
-    return containers[0]
+    first: dict[str, Any] = containers[0]
+    return first
 
 
 def quantity(value: Any) -> float:

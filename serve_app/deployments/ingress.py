@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 from ray import serve
 from ray.serve.handle import DeploymentHandle
@@ -61,7 +62,11 @@ class Ingress:
     """
 
     def __init__(
-        self, config: dict, decoder: DeploymentHandle, model: DeploymentHandle, worker: DeploymentHandle | None = None
+        self,
+        config: dict[str, Any],
+        decoder: DeploymentHandle[Any],
+        model: DeploymentHandle[Any],
+        worker: DeploymentHandle[Any] | None = None,
     ):
         self.config = AppConfig.model_validate(config)
         self.api_key = ApiKey.from_env(self.config.api_key_env)

@@ -15,13 +15,17 @@ import threading
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from transformers import AsyncTextIteratorStreamer
 
 from serve_app.checkpoint import ensure_checkpoint, has_random_weights
 from serve_app.config import ModelConfig
 from serve_app.engines.base import Engine, EngineDeadError, GenerationChunk, GenerationRequest
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import BatchFeature, PreTrainedTokenizerBase
 
 logger = logging.getLogger(__name__)
 
@@ -34,15 +38,15 @@ class TokenCountingStreamer(AsyncTextIteratorStreamer):
     event loop that iterates it; ``generate`` feeds it from a worker thread.
     """
 
-    def __init__(self, tokenizer, **kwargs):
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, **kwargs: Any) -> None:
         super().__init__(tokenizer, **kwargs)
         self.completion_tokens = 0
 
-    def put(self, value) -> None:
+    def put(self, value: torch.Tensor) -> None:
         """Receives token ids from ``generate`` (the first call holds the prompt)."""
         if not self.next_tokens_are_prompt:
             self.completion_tokens += int(value.numel())
-        super().put(value)
+        super().put(value)  # type: ignore[no-untyped-call]  # transformers' TextStreamer.put is unannotated
 
     def on_finalized_text(self, text: str, stream_end: bool = False) -> None:
         """Queues ``(text, tokens so far)``; the stop signal after the last text."""
@@ -84,7 +88,7 @@ class TransformersEngine(Engine):
             path = str(ensure_checkpoint(self.config.checkpoint, path))
         self.random_weights = Path(path).is_dir() and has_random_weights(path)
         torch.set_num_threads(max(1, torch.get_num_threads()))
-        self.processor = AutoProcessor.from_pretrained(path)
+        self.processor = AutoProcessor.from_pretrained(path)  # type: ignore[no-untyped-call]  # unannotated upstream
         self.model = (
             Qwen2_5_VLForConditionalGeneration.from_pretrained(path, dtype=torch.float32)
             .to(self.config.device)  # type: ignore[arg-type]  # transformers' .to stub drops the bound self
@@ -92,12 +96,12 @@ class TransformersEngine(Engine):
         )
         logger.info("transformers engine loaded %s (random weights: %s)", path, self.random_weights)
 
-    def _inputs(self, request: GenerationRequest):
+    def _inputs(self, request: GenerationRequest) -> BatchFeature:
         from transformers.video_utils import VideoMetadata
 
         if request.frames is None:  # config validation keeps vision_input 'patches' off this backend
             raise ValueError("the transformers backend takes frames, not patches (model.vision_input: frames)")
-        return self.processor(
+        inputs: BatchFeature = self.processor(
             text=[request.prompt],
             videos=[request.frames],
             video_metadata=[VideoMetadata(total_num_frames=int(request.frames.shape[0]), fps=request.fps)],
@@ -105,8 +109,11 @@ class TransformersEngine(Engine):
             cap_pixels_per_frame=False,  # frames already fit the Cosmos pixel budget
             return_tensors="pt",
         ).to(self.config.device)
+        return inputs
 
-    def _run(self, inputs, request: GenerationRequest, streamer: TokenCountingStreamer, cancel: threading.Event):
+    def _run(
+        self, inputs: BatchFeature, request: GenerationRequest, streamer: TokenCountingStreamer, cancel: threading.Event
+    ) -> tuple[int, str]:
         """Runs ``generate`` (worker thread); text goes out through ``streamer``.
 
         Returns:
@@ -118,10 +125,13 @@ class TransformersEngine(Engine):
         stopped_by_cancel = threading.Event()
 
         class _Cancel(StoppingCriteria):
-            def __call__(self, input_ids, scores, **kwargs):
+            def __call__(
+                self, input_ids: torch.LongTensor, scores: tuple[torch.Tensor] | None, **kwargs: Any
+            ) -> torch.BoolTensor:
                 if cancel.is_set():
                     stopped_by_cancel.set()
-                return torch.full((input_ids.shape[0],), cancel.is_set(), dtype=torch.bool)
+                # transformers declares BoolTensor; a dtype=torch.bool tensor is one (torch.full is typed Tensor)
+                return cast("torch.BoolTensor", torch.full((input_ids.shape[0],), cancel.is_set(), dtype=torch.bool))
 
         s = request.sampling
         if s.seed is not None:

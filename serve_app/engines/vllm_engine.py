@@ -26,7 +26,7 @@ import time
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from serve_app.checkpoint import ensure_checkpoint, has_random_weights
 from serve_app.config import ModelConfig
@@ -34,6 +34,9 @@ from serve_app.engines.base import Engine, EngineDeadError, GenerationChunk, Gen
 from serve_app.engines.vllm_patches import share_tokenizer_pools
 from serve_app.protocol import SamplingOptions
 from serve_app.vision_patches import patchify_fields
+
+if TYPE_CHECKING:
+    from vllm import SamplingParams  # vLLM is installed only on the GPU machine: Any here
 
 logger = logging.getLogger(__name__)
 
@@ -136,7 +139,7 @@ def processor_kwargs(n_frames: int, fps: float, extra: dict[str, Any] | None = N
     return kwargs
 
 
-def sampling_params(s: SamplingOptions):
+def sampling_params(s: SamplingOptions) -> SamplingParams:
     """vLLM ``SamplingParams`` (delta outputs) for the project's sampling options."""
     from vllm import SamplingParams
     from vllm.sampling_params import RequestOutputKind
@@ -157,7 +160,7 @@ def engine_prompt(
     request: GenerationRequest,
     extra_processor_kwargs: dict[str, Any] | None = None,
     table_device: str | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """The vLLM prompt dict of one request: text, the clip, and processor kwargs.
 
     A clip that arrives as patches (:attr:`GenerationRequest.patches`) goes in as processed

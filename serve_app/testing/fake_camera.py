@@ -27,7 +27,9 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Iterable, Iterator
 from fractions import Fraction
+from typing import Any
 
 import av
 import numpy as np
@@ -69,10 +71,11 @@ def h264_access_units(
     cc.time_base = Fraction(1, fps)
     cc.framerate = Fraction(fps)
     cc.options = {"preset": "ultrafast", "tune": "zerolatency", "g": str(fps)}
-    units = []
+    units: list[tuple[int, list[bytes]]] = []
 
-    def collect(packets):
+    def collect(packets: Iterable[av.Packet[Any]]) -> None:
         for p in packets:
+            assert p.pts is not None  # the encoder times every packet
             data = bytes(p)
             nals = [n.lstrip(b"\x00") for n in data.split(b"\x00\x00\x01")]
             units.append((int(p.pts) * RTP_CLOCK // fps, [n for n in nals if n]))
@@ -85,7 +88,10 @@ def h264_access_units(
     return units
 
 
-def rtp_packets(units, ssrc: int = 0x1234ABCD, mtu: int = 1400, seq0: int = 0, ts_offset: int = 0):
+def rtp_packets(
+    units: Iterable[tuple[int, list[bytes]]], ssrc: int = 0x1234ABCD, mtu: int = 1400, seq0: int = 0,
+    ts_offset: int = 0,
+) -> Iterator[tuple[float, bytes]]:
     """RTP packets (bytes) for the access units, with their stream time in seconds.
 
     ``seq0``: the first sequence number; ``ts_offset``: added to every RTP timestamp (90 kHz ticks).
@@ -163,7 +169,7 @@ class FakeCamera:
         self._thread.start()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def close(self) -> None:
@@ -253,7 +259,7 @@ class FakeCamera:
         if method == "PLAY":
             threading.Thread(target=self._stream, args=(conn,), daemon=True).start()
 
-    def _packets(self):
+    def _packets(self) -> Iterator[tuple[float, bytes]]:
         """``(stream time s, packet)`` over the clip, forever when looping."""
         seq, passes = 0, 0
         period = round(self.seconds * self.fps) * RTP_CLOCK // self.fps

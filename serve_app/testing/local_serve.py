@@ -40,7 +40,7 @@ TEST_API_KEY_ENV = "COSMOS_SERVE_TEST_API_KEY"
 METRICS_PORT_ENV = "COSMOS_SERVE_TEST_METRICS_PORT"
 
 
-def _merge(base: dict, overrides: dict) -> dict:
+def _merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
     """``base`` with ``overrides``: a dict value is merged one level deep into a dict section."""
     out = dict(base)
     for key, value in overrides.items():
@@ -48,12 +48,12 @@ def _merge(base: dict, overrides: dict) -> dict:
     return out
 
 
-def cpu_args(**overrides) -> dict:
+def cpu_args(**overrides: Any) -> dict[str, Any]:
     """``args`` of the CPU graph (tiny random model, tests/data allowed) with bounded queues.
 
     ``overrides`` replace top-level sections (dicts are merged one level deep).
     """
-    args: dict = {
+    args: dict[str, Any] = {
         "model": {
             "backend": "transformers",
             "model_id": str(TINY_CKPT),
@@ -70,7 +70,7 @@ def cpu_args(**overrides) -> dict:
     return _merge(args, overrides)
 
 
-def cpu_app_args(**overrides) -> dict:
+def cpu_app_args(**overrides: Any) -> dict[str, Any]:
     """``args`` for a CPU test application: :func:`cpu_args` with unbounded queues (tests that
     are not about back-pressure must not see 503s); ``overrides`` merge one level deep."""
     unbounded = {
@@ -114,7 +114,7 @@ def start(http_port: int, num_cpus: int = 8, object_store_mb: int | None = None,
     return f"http://127.0.0.1:{http_port}"
 
 
-def deploy(name: str, route_prefix: str, args: dict, timeout_s: float = 300) -> None:
+def deploy(name: str, route_prefix: str, args: dict[str, Any], timeout_s: float = 300) -> None:
     """Deploys the real graph as application ``name`` and waits until it is RUNNING.
 
     Raises:
@@ -141,12 +141,12 @@ def stop() -> None:
     import ray
     from ray import serve
 
-    serve.shutdown()
+    serve.shutdown()  # type: ignore[no-untyped-call]  # Ray's serve.shutdown is unannotated
     ray.shutdown()
 
 
 @contextlib.contextmanager
-def running(http_port: int, **start_kwargs) -> Iterator[str]:
+def running(http_port: int, **start_kwargs: Any) -> Iterator[str]:
     """:func:`start` … :func:`stop` around a block; yields the base URL."""
     url = start(http_port, **start_kwargs)
     try:
