@@ -34,9 +34,9 @@ from typing import Any
 import httpx
 import numpy as np
 
+from serve_app.cameras.protocol import StreamCreate
+from serve_app.cameras.rules import stream_frame_bytes
 from serve_app.config import AppConfig, load_serve_config
-from serve_app.stream_protocol import StreamCreate
-from serve_app.stream_rules import stream_frame_bytes
 from serve_app.testing import local_serve
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -6,7 +6,7 @@ Run from the project root (no Ray; one process, one core)::
 
 For each clip, in one run, interleaved ``--repeats`` times:
 
-* **decoder**: :func:`serve_app.decoder.decode_clip` on the clip's bytes (as an upload
+* **decoder**: :func:`serve_app.decode.clip.decode_clip` on the clip's bytes (as an upload
   arrives) with 4-FPS sampling of the whole clip (``max_frames`` = the request limit, so
   the rate is not lowered) and the default pixel budget, resize and RGB conversion
   included; CPU time of this process (``time.process_time``: all threads) after one
@@ -50,15 +50,16 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import av
 import numpy as np
 
 from serve_app.config import DecodeConfig, LimitsConfig
-from serve_app.decoder import DecodedClip, FrameSampling, decode_clip
+from serve_app.decode.clip import DecodedClip, decode_clip
+from serve_app.decode.sampling import FrameSampling
 
 logger = logging.getLogger(__name__)
 
@@ -283,7 +284,7 @@ def resize_filters(path: Path, frames: int = 40) -> dict:
     import torch.nn.functional as F
     from av.video.reformatter import VideoReformatter
 
-    from serve_app.frames import FrameStore
+    from serve_app.decode.frames import FrameStore
 
     with av.open(str(path)) as c:
         s = c.streams.video[0]
@@ -346,7 +347,8 @@ def bad_input_reject_ms(data_dir: Path, repeats: int) -> dict:
 
 
 def _load_baseline(rev: str, tmp: str):
-    """The ``serve_app.decoder`` module of git revision ``rev``, imported as ``serve_app_baseline.decoder``."""
+    """The decoder module of git revision ``rev`` (``serve_app/decode/clip.py``; ``decoder.py`` at the package's
+    top before the feature packages), imported from a copy renamed ``serve_app_baseline``."""
     import importlib
     import re
 
@@ -358,7 +360,9 @@ def _load_baseline(rev: str, tmp: str):
     for f in pkg.rglob("*.py"):
         f.write_text(re.sub(r"\bserve_app\b", "serve_app_baseline", f.read_text()))
     sys.path.insert(0, tmp)
-    return importlib.import_module("serve_app_baseline.decoder")
+    # the decoder is decode/clip.py since the feature packages, decoder.py at the package's top before
+    old_layout = (pkg / "decoder.py").exists()
+    return importlib.import_module("serve_app_baseline.decoder" if old_layout else "serve_app_baseline.decode.clip")
 
 
 def baseline_comparison(rev: str, clips: list[Path], repeats: int) -> dict:

@@ -47,15 +47,16 @@ import platform
 import sys
 import time
 import tracemalloc
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import av
 import numpy as np
 
 from benchmarks.mutations import MUTATIONS
 from serve_app.config import DecodeConfig, LimitsConfig
-from serve_app.decoder import FrameSampling, decode_clip
+from serve_app.decode.clip import decode_clip
+from serve_app.decode.sampling import FrameSampling
 from serve_app.errors import ServeAppError
 
 logger = logging.getLogger(__name__)

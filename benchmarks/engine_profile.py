@@ -154,8 +154,8 @@ async def _burst(llm: Any, prompts: list[dict], sampling: Any, tag: str, stagger
 
 def _prompts(clips: list[Any], mode: str, extra_processor_kwargs: dict[str, Any]) -> list[dict]:
     """Engine prompts for the clips, each with a fresh multimodal id (no cache can serve it)."""
-    from serve_app.engines.vllm_engine import processor_kwargs
-    from serve_app.prompt import render_prompt
+    from serve_app.model.engines.vllm_engine import processor_kwargs
+    from serve_app.model.prompt import render_prompt
 
     text = render_prompt(QUESTION, SYSTEM_PROMPT)
     out = []
@@ -178,9 +178,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     from vllm.v1.engine.async_llm import AsyncLLM
 
     from serve_app.config import app_config_from_file
-    from serve_app.engines.vllm_engine import accept_processed_video
+    from serve_app.decode.vision_patches import patchify
+    from serve_app.model.engines.vllm_engine import accept_processed_video
     from serve_app.model_facts import COSMOS_REPETITION_PENALTY, COSMOS_TEMPERATURE, COSMOS_TOP_P
-    from serve_app.vision_patches import patchify
 
     files = window_files(args)
     decoded = [decode_file(f).frames for f in files[: 1 + args.inflight]]

@@ -129,7 +129,8 @@ async def _plain_run(llm, prompts: list[dict], sampling, tag: str, prompt_tokens
 def decode_file(path: Path):
     """Decodes one whole window file with the project's decoder (4 fps, Cosmos pixel budget)."""
     from serve_app.config import DecodeConfig, LimitsConfig
-    from serve_app.decoder import FrameSampling, decode_clip
+    from serve_app.decode.clip import decode_clip
+    from serve_app.decode.sampling import FrameSampling
 
     return decode_clip(path, FrameSampling(fps=4.0, max_frames=128), DecodeConfig(), LimitsConfig())
 
@@ -140,8 +141,8 @@ async def _plain_side(args, files: list[Path]) -> dict:
     from vllm.sampling_params import RequestOutputKind
     from vllm.v1.engine.async_llm import AsyncLLM
 
+    from serve_app.model.prompt import render_prompt
     from serve_app.model_facts import COSMOS_REPETITION_PENALTY, COSMOS_TEMPERATURE, COSMOS_TOP_P
-    from serve_app.prompt import render_prompt
 
     engine_args = {**BASE_ENGINE_ARGS, **json.loads(args.plain_engine_args or "{}")}
     t0 = time.perf_counter()
@@ -422,7 +423,7 @@ def main(argv: list[str] | None = None) -> int:
         _side_main(args)
         return 0
 
-    from serve_app.checkpoint import ensure_checkpoint
+    from serve_app.model.checkpoint import ensure_checkpoint
 
     ensure_checkpoint("full-dummy", args.checkpoint)
     out_path = Path(args.out)

@@ -26,7 +26,8 @@ from typing import Any
 from loadtest import statistics as stats
 from loadtest.traffic import batch_json
 from serve_app.config import DecodeConfig, LimitsConfig
-from serve_app.decoder import DecodedClip, FrameSampling, decode_clip
+from serve_app.decode.clip import DecodedClip, decode_clip
+from serve_app.decode.sampling import FrameSampling
 from serve_app.model_facts import DEFAULT_SYSTEM_PROMPT
 
 QUESTION = "Is anyone in this scene in danger? Answer with reasoning."

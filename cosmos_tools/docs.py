@@ -25,8 +25,10 @@ import annotated_types
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from serve_app import api, openai_api, stream_protocol
+from serve_app.cameras import protocol as stream_protocol
 from serve_app.config import AppConfig
+from serve_app.http.chat import protocol as openai_api
+from serve_app.http.query import protocol as api
 
 ROOT = Path(__file__).resolve().parents[1]
 REGENERATE = "python -m cosmos_tools.docs"
@@ -206,8 +208,8 @@ def api_page() -> str:
     """``docs/reference/api.md``: the request, response and event models of every route."""
     intro = (
         "# API reference\n\n"
-        "The bodies the routes accept and return, from the pydantic models in `serve_app/api.py`, "
-        "`serve_app/openai_api.py` and `serve_app/stream_protocol.py`. Request models refuse unknown fields "
+        "The bodies the routes accept and return, from the pydantic models in `serve_app/http/query/protocol.py`, "
+        "`serve_app/http/chat/protocol.py` and `serve_app/cameras/protocol.py`. Request models refuse unknown fields "
         "(400 naming the field). How the routes behave, errors and examples: [../api.md](../api.md).\n"
     )
     parts = [HEADER.format(cmd=REGENERATE), intro]

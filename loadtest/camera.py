@@ -37,8 +37,10 @@ from typing import TYPE_CHECKING
 
 import av
 
-from serve_app.sources import DEFAULT_PORTS
-from serve_app.timeline import INDEX_TIMED_FORMATS  # the server times these by frame index: windows are re-encoded
+from serve_app.decode.timeline import (
+    INDEX_TIMED_FORMATS,  # the server times these by frame index: windows are re-encoded
+)
+from serve_app.sources.rules import DEFAULT_PORTS
 
 if TYPE_CHECKING:
     from av.container import OutputContainer

@@ -1,8 +1,8 @@
 """A fast test double of the server for the client-capacity check (``python -m loadtest.double``).
 
 It speaks the real API: the request is read and validated by the real
-:func:`serve_app.api.parse_query` (uploads read in full, the same limits and
-errors), and the response is built by the real :class:`serve_app.api.QueryResponse`
+:func:`serve_app.http.query.protocol.parse_query` (uploads read in full, the same limits and
+errors), and the response is built by the real :class:`serve_app.http.query.protocol.QueryResponse`
 (same JSON, same server-sent events; the clip is a simulated
 :class:`~serve_app.protocol.VideoInfo` with a warning saying so). It does not decode video nor run a
 model: each request waits ``service_ms`` (optionally behind a
@@ -48,13 +48,18 @@ def build_double(service_ms: float = 50.0, token_ms: float = 0.0, max_concurrenc
     from starlette.responses import JSONResponse, Response, StreamingResponse
     from starlette.routing import Route
 
-    from serve_app.api import (
-        QueryClipEvent, QueryDeltaEvent, QueryDoneEvent, QueryResponse, parse_query, sampling_options,
-    )
     from serve_app.config import AppConfig, ModelConfig
     from serve_app.errors import ServeAppError, to_http
+    from serve_app.http.query.protocol import (
+        QueryClipEvent,
+        QueryDeltaEvent,
+        QueryDoneEvent,
+        QueryResponse,
+        parse_query,
+        sampling_options,
+    )
+    from serve_app.http.request_id import new_request_id
     from serve_app.protocol import ClipInfo, Done, VideoInfo
-    from serve_app.serving.request_id import new_request_id
 
     config = AppConfig(model=ModelConfig(model_id="loadtest-double", allow_ignore_eos=True))
     sem = asyncio.Semaphore(max_concurrency) if max_concurrency > 0 else None

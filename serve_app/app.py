@@ -18,10 +18,10 @@ from ray.serve.exceptions import RayServeException
 from serve_app.config import AppConfig
 from serve_app.deployments.decoder import VideoDecoder
 from serve_app.deployments.ingress import Ingress
+from serve_app.deployments.ingress_guards import ingress_slots
 from serve_app.deployments.model import VideoModel
 from serve_app.deployments.stream_worker import StreamWorker
-from serve_app.preflight import HardwareError, check_build
-from serve_app.serving.guards import ingress_slots
+from serve_app.model.preflight import HardwareError, check_build
 
 logger = logging.getLogger(__name__)
 
@@ -87,9 +87,9 @@ def build_app(args: dict[str, Any] | None = None) -> Application:
 
     Raises:
         pydantic.ValidationError: ``args`` do not match :class:`AppConfig`.
-        BuildRefusedError: (a :class:`serve_app.preflight.HardwareError`) on a local one-node Ray,
+        BuildRefusedError: (a :class:`serve_app.model.preflight.HardwareError`) on a local one-node Ray,
             the model replica needs vLLM or GPUs that are missing, or the deployments more CPUs
-            than the node has (see :mod:`serve_app.preflight`).
+            than the node has (see :mod:`serve_app.model.preflight`).
     """
     config = resolve_paths(AppConfig.model_validate(args or {}))
     try:

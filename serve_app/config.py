@@ -29,8 +29,7 @@ from serve_app.model_facts import (
     TEMPORAL_PATCH_SIZE,
     VIDEO_MIN_PIXELS,
 )
-from serve_app.model_facts import PIXEL_FACTOR as PIXEL_FACTOR  # re-exported: serve_app.frame_sampling imports it here
-
+from serve_app.model_facts import PIXEL_FACTOR as PIXEL_FACTOR  # re-exported: serve_app.decode.sampling imports it here
 
 #: A URL scheme a ``video_url`` may use.
 UrlScheme = Literal["http", "https", "rtsp"]
@@ -249,7 +248,7 @@ class ModelConfig(_Model):
         "vllm",
         pattern=r"^(transformers|vllm|[\w.]+:\w+)$",
         description="Engine: `transformers` (CPU, tests, laptop), `vllm` (GPU, AsyncLLM), or an import "
-        "path `module:factory` returning a serve_app.engines.base.Engine (tests inject engines this way).",
+        "path `module:factory` returning a serve_app.model.engines.base.Engine (tests inject engines this way).",
     )
     checkpoint: Literal["tiny-random", "full-dummy"] | None = Field(
         None,
@@ -288,14 +287,14 @@ class ModelConfig(_Model):
         "and patchifies them in the model replica (on the GPU with processor_kwargs {device: cuda}; or the "
         "project's table, see `patchify`). `patches`: "
         "the CPU decode tier (and the stream workers) normalise and patchify each clip into the vision tower's "
-        "bf16 input (identical values; serve_app/vision_patches.py) and the replica hands it to the engine with "
+        "bf16 input (identical values; serve_app/decode/vision_patches.py) and the replica hands it to the engine with "
         "no processor run; needs backend `vllm` (or an injected engine) and sets engine_args.enable_mm_embeds.",
     )
     patchify: Literal["processor", "table"] = Field(
         "processor",
         description="vllm backend, vision_input `frames`: how the model replica turns a clip's frames into the "
         "vision tower's input. `processor`: vLLM's HF processor (processor_kwargs apply). `table`: the project's "
-        "lookup-table patchify (serve_app/vision_patches.py: the same bf16 values) as torch ops on "
+        "lookup-table patchify (serve_app/decode/vision_patches.py: the same bf16 values) as torch ops on "
         "processor_kwargs.device (cuda: one upload of the uint8 frames, one download of the bf16 rows; cpu: "
         "numpy), in the preprocessing threads (inline without them), handed to the engine as processed "
         "fields; sets engine_args.enable_mm_embeds. "
@@ -533,7 +532,7 @@ class StreamsConfig(_Model):
         2 * 2**30,
         gt=0,
         description="Frame memory the stream worker may hold for all streams together, bytes. Each stream reserves "
-        "the most its windows can hold (serve_app/stream_rules.py: window frames at the model's size, the window "
+        "the most its windows can hold (serve_app/cameras/rules.py: window frames at the model's size, the window "
         "being filled and those waiting for the model in YUV 4:2:0, the one handed to the model in RGB) when it is "
         "registered (past the budget: 503 naming it) or resumed (past it: the stream is failed with the reason).",
     )

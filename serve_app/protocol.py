@@ -13,8 +13,8 @@ The graph is Ingress → VideoDecoder → VideoModel. What travels between them:
   arrive, then one :class:`Done` (or an :class:`ErrorInfo` if generation fails).
 
 Every type here is a frozen value (dataclass or pydantic model) that pickles.
-``DecodedClip`` and ``FrameSampling`` are defined by :mod:`serve_app.decoder`,
-``ClipSource`` by :mod:`serve_app.sources`, ``ErrorInfo`` by :mod:`serve_app.errors`;
+``DecodedClip`` is defined by :mod:`serve_app.decode.clip`, ``FrameSampling`` by :mod:`serve_app.decode.sampling`,
+``ClipSource`` by :mod:`serve_app.sources.rules`, ``ErrorInfo`` by :mod:`serve_app.errors`;
 they are re-exported here so the handle contract reads in one place.
 """
 
@@ -25,9 +25,10 @@ from typing import Literal, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from serve_app.decoder import DecodedClip, FrameSampling, describe
+from serve_app.decode.clip import DecodedClip, describe
+from serve_app.decode.sampling import FrameSampling
 from serve_app.errors import ErrorInfo
-from serve_app.sources import ClipSource
+from serve_app.sources.rules import ClipSource
 
 __all__ = [
     "ClipInfo",
@@ -66,7 +67,7 @@ class SamplingOptions:
         ignore_eos: keep generating past end-of-sequence (benchmarks with random weights).
         stop: stop strings: the answer ends before the first one generated (not included), with
             finish reason ``stop``, as vLLM's ``SamplingParams.stop``; applied by
-            :func:`serve_app.generation.answer_stream` for every engine.
+            :func:`serve_app.model.generation.answer_stream` for every engine.
     """
 
     max_tokens: int
@@ -145,7 +146,7 @@ class VideoInfo(BaseModel):
 
     @classmethod
     def of(cls, clip: DecodedClip) -> VideoInfo:
-        """The metadata of a decoded clip (rounded as :func:`serve_app.decoder.describe` rounds it)."""
+        """The metadata of a decoded clip (rounded as :func:`serve_app.decode.clip.describe` rounds it)."""
         return cls.model_validate(describe(clip))
 
 

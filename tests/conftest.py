@@ -47,7 +47,7 @@ def data_dir() -> Path:
 @pytest.fixture(scope="session")
 def tiny_checkpoint() -> Path:
     """The tiny random-weight Qwen2.5-VL checkpoint, built once (git-ignored)."""
-    from serve_app.checkpoint import ensure_checkpoint
+    from serve_app.model.checkpoint import ensure_checkpoint
 
     return ensure_checkpoint("tiny-random", TINY_CKPT)
 

@@ -2,8 +2,8 @@
 
 A :class:`ClipSource` is read here, where its rules apply: uploaded bytes
 are decoded as they are, a path must lie under an allowed root, an
-``http(s)`` URL is downloaded (:func:`serve_app.fetch.fetch_url`) and an
-``rtsp`` URL is captured live (:func:`serve_app.capture.capture_rtsp`).
+``http(s)`` URL is downloaded (:func:`serve_app.sources.fetch.fetch_url`) and an
+``rtsp`` URL is captured live (:func:`serve_app.decode.capture.capture_rtsp`).
 Decoding is blocking C code, so it runs in a thread pool sized to the
 replica's ``max_ongoing_requests``; the event loop stays free for health
 checks and new requests. Every source has a time limit (decode, download,
@@ -22,14 +22,15 @@ from typing import Any
 from ray import serve
 
 from serve_app.config import AppConfig
-from serve_app.capture import capture_rtsp
-from serve_app.decoder import DecodedClip, FrameSampling, decode_clip
+from serve_app.decode.capture import capture_rtsp
+from serve_app.decode.clip import DecodedClip, decode_clip
+from serve_app.decode.sampling import FrameSampling
+from serve_app.decode.vision_patches import bf16_table
 from serve_app.errors import ErrorInfo, ServeAppError, internal_error
-from serve_app.fetch import fetch_url
-from serve_app.guards import log_safe
 from serve_app.metrics import DecoderMetrics
-from serve_app.sources import ClipSource, resolve_local_path, url_scheme
-from serve_app.vision_patches import bf16_table
+from serve_app.sources.fetch import fetch_url
+from serve_app.sources.rules import ClipSource, resolve_local_path, url_scheme
+from serve_app.text import log_safe
 
 logger = logging.getLogger("ray.serve")
 

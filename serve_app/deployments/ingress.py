@@ -1,21 +1,21 @@
 """The HTTP ingress: a Starlette app on a Serve deployment that only declares the routes.
 
-Routes (each served by a module of :mod:`serve_app.serving`):
-  * ``POST /v1/video/query`` (:mod:`~serve_app.serving.query`): a clip and a question in, the
+Routes (each served by a module of :mod:`serve_app.http`):
+  * ``POST /v1/video/query`` (:mod:`~serve_app.http.query.serving`): a clip and a question in, the
     answer out (JSON, or server-sent events with ``stream: true``), with timings and timestamps.
-  * ``POST /v1/chat/completions`` (:mod:`~serve_app.serving.chat`): the OpenAI-compatible route:
+  * ``POST /v1/chat/completions`` (:mod:`~serve_app.http.chat.serving`): the OpenAI-compatible route:
     ``chat.completion`` or ``chat.completion.chunk`` events ending with ``data: [DONE]``.
-  * ``GET /v1/models``, ``GET /v1/models/{model}`` (:mod:`~serve_app.serving.models`).
-  * ``/v1/streams``, ``/v1/events``, ``GET /`` (:mod:`~serve_app.serving.streams`): live cameras
+  * ``GET /v1/models``, ``GET /v1/models/{model}`` (:mod:`~serve_app.http.models`).
+  * ``/v1/streams``, ``/v1/events``, ``GET /`` (:mod:`~serve_app.cameras.routes`): live cameras
     (handled by the stream-worker deployment) and the dashboard page.
-  * ``GET /healthz``, ``GET /readyz`` (:mod:`~serve_app.serving.health`; never need the API key).
+  * ``GET /healthz``, ``GET /readyz`` (:mod:`~serve_app.http.health`; never need the API key).
 
 Every error leaves as ``{"error": {"type", "message", "param"}}`` with its status and
-Ray Serve's ``X-Request-Id`` header (:mod:`~serve_app.serving.request_id` gives every
+Ray Serve's ``X-Request-Id`` header (:mod:`~serve_app.http.request_id` gives every
 request its id); a 500 carries only the request id. Back-pressure: the decoder and
 model deployments have bounded queues (``max_queued_requests``); their
 ``BackPressureError``, and a replica that is unavailable or died under a request,
-become the project's 503 with ``Retry-After`` (:func:`serve_app.pipeline.client_error`).
+become the project's 503 with ``Retry-After`` (:func:`serve_app.http.pipeline.client_error`).
 A client that disconnects cancels its request down to the engine.
 """
 
@@ -32,14 +32,17 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.routing import Route
 
-from serve_app.auth import ApiKey, ApiKeyMiddleware
+from serve_app.cameras import routes as streams
 from serve_app.config import AppConfig
+from serve_app.deployments.ingress_guards import guard_middleware
+from serve_app.http import health, models
+from serve_app.http.auth import ApiKey, ApiKeyMiddleware
+from serve_app.http.chat import serving as chat
+from serve_app.http.context import RouteRunner
+from serve_app.http.error_handlers import AuthRejector, http_exception
+from serve_app.http.query import serving as query
+from serve_app.http.request_id import RequestIdMiddleware
 from serve_app.metrics import IngressMetrics
-from serve_app.serving import chat, health, models, query, streams
-from serve_app.serving.context import RouteRunner
-from serve_app.serving.http_errors import AuthRejector, http_exception
-from serve_app.serving.guards import guard_middleware
-from serve_app.serving.request_id import RequestIdMiddleware
 
 logger = logging.getLogger("ray.serve")
 
@@ -53,7 +56,7 @@ READY_ROUTE = health.READY_ROUTE
 @serve.deployment(name="Ingress")
 @serve.ingress()
 class Ingress:
-    """HTTP front door: declares the routes; the work is in :mod:`serve_app.serving`.
+    """HTTP front door: declares the routes; the work is in :mod:`serve_app.http`.
 
     Args:
         config: the application config (as a dict).

@@ -4,8 +4,8 @@
 result: the ingress hands this deployment the decode's object ref, so Ray resolves
 it here and the frames go from the decode replica to this one without a stop in the
 ingress. The chunks (:data:`~serve_app.protocol.ModelChunk`) come from the Ray-free
-:func:`serve_app.generation.answer_stream`, merged per ``model.stream_interval_ms``
-(:mod:`serve_app.streaming`). The engine is shut down when the replica stops.
+:func:`serve_app.model.generation.answer_stream`, merged per ``model.stream_interval_ms``
+(:mod:`serve_app.model.coalesce`). The engine is shut down when the replica stops.
 """
 
 from __future__ import annotations
@@ -24,13 +24,14 @@ import numpy as np
 from ray import serve
 
 from serve_app.config import AppConfig
-from serve_app.engines.base import Engine, GenerationRequest, create_engine
-from serve_app.generation import answer_stream, new_engine_request_id
+from serve_app.decode.vision_patches import patchify
 from serve_app.metrics import ModelMetrics
-from serve_app.prompt import render_prompt
+from serve_app.model.coalesce import coalesce_deltas
+from serve_app.model.engines.base import Engine, GenerationRequest
+from serve_app.model.engines.factory import create_engine
+from serve_app.model.generation import answer_stream, new_engine_request_id
+from serve_app.model.prompt import render_prompt
 from serve_app.protocol import ClipQuestion, DecodedClip, ErrorInfo, ModelChunk, SamplingOptions
-from serve_app.streaming import coalesce_deltas
-from serve_app.vision_patches import patchify
 
 logger = logging.getLogger("ray.serve")
 
@@ -162,7 +163,7 @@ class VideoModel:
     async def generate(self, question: ClipQuestion, clip: DecodedClip | ErrorInfo) -> AsyncIterator[ModelChunk]:
         """Streams the answer to ``question`` about one decoded clip (chunks: :mod:`serve_app.protocol`).
 
-        Deltas are merged per ``model.stream_interval_ms`` (see :mod:`serve_app.streaming`).
+        Deltas are merged per ``model.stream_interval_ms`` (see :mod:`serve_app.model.coalesce`).
         """
         chunks = answer_stream(
             self.engine,

@@ -4,7 +4,7 @@ A deployment of its own, so camera readers never occupy the decode replicas that
 clips. One replica (``stream_worker.num_replicas: 1``) owns every stream; its state lives in
 the SQLite database at ``streams.db_path``, so a replacement replica (after a crash, a
 ``ray.kill``, or ``serve run`` again) resumes every registered stream in its constructor.
-The work is in the Ray-free :class:`~serve_app.stream_registry.StreamRegistry`; the model is
+The work is in the Ray-free :class:`~serve_app.cameras.registry.StreamRegistry`; the model is
 called through its handle with the window's :class:`~serve_app.protocol.DecodedClip` (the
 same ``generate`` stream one-off clips use). Values, not exceptions, leave this deployment:
 every method returns a pydantic model or an :class:`~serve_app.errors.ErrorInfo`.
@@ -21,16 +21,16 @@ import ray
 from ray import ObjectRef, serve
 from ray.serve.handle import DeploymentHandle, DeploymentResponseGenerator
 
+from serve_app.cameras.memory import fix_mmap_threshold, release_freed_memory
+from serve_app.cameras.protocol import Deleted, EventBatch, StreamCreate, StreamList, StreamStatus
+from serve_app.cameras.registry import StreamRegistry
+from serve_app.cameras.store import StreamStore
+from serve_app.cameras.webhook import Webhooks
 from serve_app.config import AppConfig
+from serve_app.decode.vision_patches import bf16_table
 from serve_app.errors import ErrorInfo, ServeAppError
-from serve_app.memory import fix_mmap_threshold, release_freed_memory
 from serve_app.metrics import StreamMetrics
 from serve_app.protocol import ClipQuestion, DecodedClip, ModelChunk
-from serve_app.stream_protocol import Deleted, EventBatch, StreamCreate, StreamList, StreamStatus
-from serve_app.stream_registry import StreamRegistry
-from serve_app.stream_store import StreamStore
-from serve_app.vision_patches import bf16_table
-from serve_app.webhook import Webhooks
 
 logger = logging.getLogger("ray.serve")
 
@@ -47,7 +47,7 @@ class StreamWorker:
     async def __init__(self, config: dict[str, Any], model: DeploymentHandle[Any]) -> None:  # type: ignore[misc]  # Serve awaits async constructors
         self.config = AppConfig.model_validate(config)
         self.model = model
-        fix_mmap_threshold()  # frame buffers go back to the system when freed (serve_app/memory.py)
+        fix_mmap_threshold()  # frame buffers go back to the system when freed (serve_app/cameras/memory.py)
         if self.config.model.vision_input == "patches":
             bf16_table()  # imports torch now (~4 s on a fresh replica), not on the first window
         self.store = StreamStore(self.config.streams.db_path, keep=self.config.streams.answer_history)

@@ -27,7 +27,7 @@ import uuid
 from collections.abc import AsyncIterator
 
 from serve_app.config import ModelConfig
-from serve_app.engines.base import Engine, EngineDeadError, GenerationChunk, GenerationRequest
+from serve_app.model.engines.base import Engine, EngineDeadError, GenerationChunk, GenerationRequest
 
 logger = logging.getLogger(__name__)
 

@@ -52,7 +52,7 @@ sys.exit(os.waitstatus_to_exitcode(status))
 
 
 def test_replica_check_names_only_what_is_missing_here():
-    from serve_app import preflight
+    from serve_app.model import preflight
 
     if importlib.util.find_spec("vllm") is not None:
         preflight.check_replica()  # vLLM and a GPU: nothing to report
@@ -87,7 +87,7 @@ time.sleep(120)
 
 def test_a_gpu_held_by_another_process_fails_the_start_naming_its_pid():
     # Not run in the session that wrote it (its device time was spent): run with tests/gpu.
-    from serve_app.preflight import HardwareError, check_gpu_free
+    from serve_app.model.preflight import HardwareError, check_gpu_free
 
     holder = subprocess.Popen([sys.executable, "-c", HOLDER], stdout=subprocess.PIPE, text=True)
     try:

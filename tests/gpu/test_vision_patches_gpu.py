@@ -24,8 +24,8 @@ def input_processor():
     from vllm.engine.arg_utils import EngineArgs
     from vllm.v1.engine.input_processor import InputProcessor
 
-    from serve_app.checkpoint import ensure_checkpoint
-    from serve_app.engines.vllm_engine import accept_processed_video
+    from serve_app.model.checkpoint import ensure_checkpoint
+    from serve_app.model.engines.vllm_engine import accept_processed_video
 
     ensure_checkpoint("full-dummy", DUMMY)
     args = EngineArgs(model=str(DUMMY), load_format="dummy", enable_mm_embeds=True, max_model_len=16384)
@@ -36,7 +36,7 @@ def input_processor():
 def _process(input_processor, request, table_device=None):
     from vllm.sampling_params import SamplingParams
 
-    from serve_app.engines.vllm_engine import engine_prompt
+    from serve_app.model.engines.vllm_engine import engine_prompt
 
     prompt = engine_prompt(request, None, table_device)
     params = SamplingParams(max_tokens=8)
@@ -48,10 +48,10 @@ def _process(input_processor, request, table_device=None):
 def test_patches_reach_the_engine_as_the_hf_processor_would_make_them(input_processor):
     import torch
 
-    from serve_app.engines.base import GenerationRequest
-    from serve_app.prompt import render_prompt
+    from serve_app.decode.vision_patches import patchify
+    from serve_app.model.engines.base import GenerationRequest
+    from serve_app.model.prompt import render_prompt
     from serve_app.protocol import SamplingOptions
-    from serve_app.vision_patches import patchify
 
     frames = np.random.default_rng(0).integers(0, 256, (40, 420, 756, 3), dtype=np.uint8)
     sampling = SamplingOptions(max_tokens=8, temperature=0.0, top_p=1.0, repetition_penalty=1.0)
@@ -79,8 +79,8 @@ def test_frames_patchified_with_the_table_on_the_gpu_reach_the_engine_as_the_hf_
     """model.patchify 'table' with processor_kwargs {device: cuda}, as configs/h200.yaml runs it."""
     import torch
 
-    from serve_app.engines.base import GenerationRequest
-    from serve_app.prompt import render_prompt
+    from serve_app.model.engines.base import GenerationRequest
+    from serve_app.model.prompt import render_prompt
     from serve_app.protocol import SamplingOptions
 
     if not torch.cuda.is_available():

@@ -46,8 +46,8 @@ def gpu_app():
     from ray import serve
 
     from serve_app.app import build_app
-    from serve_app.checkpoint import ensure_checkpoint
     from serve_app.config import app_config_from_file
+    from serve_app.model.checkpoint import ensure_checkpoint
 
     ensure_checkpoint("full-dummy", DUMMY)
     cfg = app_config_from_file(ROOT / "configs" / "h200.yaml").model_dump(mode="json")

@@ -15,9 +15,9 @@ import time
 import httpx
 import pytest
 
+from serve_app.cameras.protocol import StreamCreate
+from serve_app.cameras.rules import stream_frame_bytes
 from serve_app.config import AppConfig
-from serve_app.stream_protocol import StreamCreate
-from serve_app.stream_rules import stream_frame_bytes
 from serve_app.testing.local_serve import cpu_args, deploy
 
 PREFIX = "/cameras"

@@ -13,8 +13,9 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import numpy as np
 import pytest
-from serve_app.testing.local_serve import DATA, cpu_app_args, deploy
 from fake_camera import FakeCamera
+
+from serve_app.testing.local_serve import DATA, cpu_app_args, deploy
 
 APP, PREFIX = "decode-tier", "/decode-tier"
 OPEN_S, READ_S = 2.0, 1.0
@@ -168,8 +169,8 @@ def wait_for(predicate, timeout_s: float) -> float | None:
 def test_decoder_scales_up_under_concurrent_load_and_back_down(app):
     from ray import serve
 
-    from serve_app.decoder import FrameSampling
-    from serve_app.sources import ClipSource
+    from serve_app.decode.sampling import FrameSampling
+    from serve_app.sources.rules import ClipSource
 
     assert wait_for(lambda: running_decoders() == 1, 30) is not None
     handle = serve.get_deployment_handle("VideoDecoder", app_name=APP)

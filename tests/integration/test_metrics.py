@@ -123,7 +123,7 @@ def test_logs_carry_request_id_and_camera_id(traffic):
         time.sleep(1)
     # Downstream replicas' lines carry the same request id (Serve propagates it through handles), and the
     # model's call is logged as finished: the ingress reads the model stream to its end instead of cancelling
-    # it after the Done chunk (a call cancelled there left no line at all; see serve_app.pipeline.ClipRun).
+    # it after the Done chunk (a call cancelled there left no line at all; see serve_app.http.pipeline.ClipRun).
     assert any("CALL decode OK" in line for line in found["VideoDecoder"]), found
     assert any("CALL generate OK" in line for line in found["VideoModel"]), found
 

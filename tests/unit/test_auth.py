@@ -2,8 +2,9 @@
 
 import pytest
 
-from serve_app.auth import ApiKey, presented_key
 from serve_app.errors import AuthenticationError
+from serve_app.http.auth import ApiKey
+from serve_app.http.guards import presented_key
 
 
 def test_key_comes_from_the_named_environment_variable():
@@ -61,7 +62,7 @@ def test_missing_and_wrong_keys_say_which():
 def test_middleware_reads_raw_asgi_headers(raw_headers, path, passed):
     import asyncio
 
-    from serve_app.auth import ApiKeyMiddleware
+    from serve_app.http.auth import ApiKeyMiddleware
 
     calls = []
 

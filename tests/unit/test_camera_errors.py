@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
+from serve_app.cameras.protocol import StreamCreate
+from serve_app.cameras.reader import mp4_index_after_media
+from serve_app.cameras.registry import StreamRegistry
+from serve_app.cameras.routes import validate_stream
+from serve_app.cameras.store import StreamStore
 from serve_app.config import AppConfig, SourcesConfig
 from serve_app.errors import ServeAppError
-from serve_app.serving.streams import validate_stream
-from serve_app.sources import check_url
-from serve_app.stream_protocol import StreamCreate
-from serve_app.stream_reader import mp4_index_after_media
-from serve_app.stream_registry import StreamRegistry
-from serve_app.stream_store import StreamStore
+from serve_app.sources.rules import check_url
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 

@@ -1,7 +1,7 @@
 """OpenAI requests real clients send: a system message, a conversation about one clip, stop strings.
 
 Pure parts (the request's mapping, the stop scanner) and the model's side without Ray
-(:func:`serve_app.generation.answer_stream` over the scripted engine), then the whole graph in this
+(:func:`serve_app.model.generation.answer_stream` over the scripted engine), then the whole graph in this
 process (:mod:`inprocess`) driven by the official ``openai`` client over an ASGI transport.
 """
 
@@ -16,13 +16,13 @@ import openai
 import pytest
 from inprocess import inprocess_app
 
-from serve_app import openai_api
 from serve_app.config import AppConfig, ModelConfig
-from serve_app.decoder import DecodedClip
-from serve_app.generation import answer_stream
+from serve_app.decode.clip import DecodedClip
+from serve_app.http.chat import protocol as openai_api
+from serve_app.model.generation import answer_stream
+from serve_app.model.stop_strings import StopScanner
 from serve_app.model_facts import COSMOS_SYSTEM_PROMPT
 from serve_app.protocol import ClipQuestion, Delta, Done, SamplingOptions, Turn
-from serve_app.stop_strings import StopScanner
 from serve_app.testing.engines import ScriptedEngine
 
 DATA = Path(__file__).resolve().parents[1] / "data"

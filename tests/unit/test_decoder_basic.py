@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from serve_app.config import DecodeConfig, LimitsConfig
-from serve_app.decoder import FrameSampling, decode_clip
+from serve_app.decode.clip import decode_clip
+from serve_app.decode.sampling import FrameSampling
 from serve_app.errors import PayloadTooLargeError, UnprocessableClipError, UnsupportedMediaError
 
 DEC, LIM = DecodeConfig(), LimitsConfig()

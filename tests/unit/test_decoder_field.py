@@ -12,7 +12,8 @@ import pytest
 from clipgen import NonSeekable, coded_frame, read_code, write_video
 
 from serve_app.config import DecodeConfig, LimitsConfig
-from serve_app.decoder import FrameSampling, decode_clip
+from serve_app.decode.clip import decode_clip
+from serve_app.decode.sampling import FrameSampling
 from serve_app.errors import PayloadTooLargeError, UnprocessableClipError
 
 DEC, LIM = DecodeConfig(), LimitsConfig()
@@ -78,8 +79,9 @@ def test_variable_frame_rate_is_sampled_by_timestamp(clips):
 
 
 def test_webm_written_to_a_pipe_has_no_duration_and_still_gives_40_frames(clips):
-    import av
     import io
+
+    import av
 
     with av.open(io.BytesIO(clips["webm_pipe"])) as c:
         assert c.duration is None and c.streams.video[0].frames == 0  # really nothing in the header

@@ -8,7 +8,8 @@ import pytest
 from clipgen import ffmpeg_frame, write_video
 
 from serve_app.config import DecodeConfig, LimitsConfig
-from serve_app.decoder import FrameSampling, decode_clip
+from serve_app.decode.clip import decode_clip
+from serve_app.decode.sampling import FrameSampling
 from serve_app.errors import UnprocessableClipError
 
 DEC, LIM = DecodeConfig(), LimitsConfig()

@@ -9,10 +9,11 @@ import av
 import numpy as np
 import pytest
 
-from serve_app.bitstream import ReferenceParser
 from serve_app.config import DecodeConfig, LimitsConfig
-from serve_app.decoder import FrameSampling, decode_clip
-from serve_app.frames import FrameStore
+from serve_app.decode.bitstream import ReferenceParser
+from serve_app.decode.clip import decode_clip
+from serve_app.decode.sampling import FrameSampling
+from serve_app.decode.frames import FrameStore
 
 DEC, LIM = DecodeConfig(), LimitsConfig()
 

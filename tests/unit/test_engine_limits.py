@@ -1,10 +1,11 @@
-"""The context budget of a clip and the mapping of engine exceptions to client errors (serve_app.engine_limits)."""
+"""The context budget of a clip and the mapping of engine exceptions to client errors
+(serve_app.model.engine_limits)."""
 
 import pytest
 
-from serve_app.engine_limits import TEMPLATE_TOKENS, check_context, engine_error, text_tokens_estimate
-from serve_app.engines.base import EngineDeadError
 from serve_app.errors import InvalidRequestError
+from serve_app.model.engine_limits import TEMPLATE_TOKENS, check_context, engine_error, text_tokens_estimate
+from serve_app.model.engines.base import EngineDeadError
 
 
 def test_a_clip_over_the_context_is_400_naming_max_frames_and_the_limit():

@@ -11,7 +11,7 @@ import threading
 import time
 from pathlib import Path
 
-from serve_app.engines.engine_watch import parent_gone, watch_parent
+from serve_app.model.engines.engine_watch import parent_gone, watch_parent
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -61,7 +61,7 @@ def test_a_child_whose_parent_is_killed_ends_itself():
     # --force` or the OOM killer would; the child must end by itself.
     child = textwrap.dedent("""
         import os, time
-        from serve_app.engines.engine_watch import _kill_self, watch_parent
+        from serve_app.model.engines.engine_watch import _kill_self, watch_parent
         watch_parent(os.getppid(), _kill_self, poll_s=0.05)
         print("watching", flush=True)
         time.sleep(60)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from serve_app.preflight import FP8_MIN_CAPABILITY, HardwareError, check_fp8, fp8_problems
+from serve_app.model.preflight import FP8_MIN_CAPABILITY, HardwareError, check_fp8, fp8_problems
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 

@@ -4,8 +4,7 @@ import numpy as np
 import pytest
 
 from serve_app.config import PixelBudget
-from serve_app.errors import UnprocessableClipError
-from serve_app.frame_sampling import (
+from serve_app.decode.sampling import (
     FrameSelector,
     even_frame_count,
     frame_pixel_cap,
@@ -15,6 +14,7 @@ from serve_app.frame_sampling import (
     smart_resize,
     video_tokens,
 )
+from serve_app.errors import UnprocessableClipError
 
 
 def select(times, grid):

@@ -1,4 +1,4 @@
-"""The model deployment's work without Ray (:func:`serve_app.generation.answer_stream`) over fake
+"""The model deployment's work without Ray (:func:`serve_app.model.generation.answer_stream`) over fake
 engines, and the ids that reach the engine (issue 13: server-made, never the client's)."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import pytest
 from inprocess import inprocess_app
 
 from serve_app.config import ModelConfig
-from serve_app.decoder import DecodedClip
-from serve_app.engines.base import EngineDeadError, GenerationChunk
+from serve_app.decode.clip import DecodedClip
 from serve_app.errors import NotFoundError
-from serve_app.generation import answer_stream
+from serve_app.model.engines.base import EngineDeadError, GenerationChunk
+from serve_app.model.generation import answer_stream
 from serve_app.protocol import ClipInfo, ClipQuestion, Delta, Done, ErrorInfo, SamplingOptions
 from serve_app.testing.engines import RecordingEngine, ScriptedEngine
 

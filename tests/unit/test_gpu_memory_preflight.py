@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from serve_app.preflight import GpuHolder, GpuMemory, HardwareError, check_gpu_free, gpu_memory_problems
+from serve_app.model.preflight import GpuHolder, GpuMemory, HardwareError, check_gpu_free, gpu_memory_problems
 
 GIB = 1024**3
 ENGINE = GpuHolder(11623, "VLLM::EngineCore", 129 * GIB)

@@ -1,4 +1,4 @@
-"""The ingress's request guards (serve_app.guards) driven as plain ASGI apps: no Ray, no sockets."""
+"""The ingress's request guards (serve_app.http.guards) driven as plain ASGI apps: no Ray, no sockets."""
 
 import asyncio
 import json
@@ -6,16 +6,15 @@ import json
 import pytest
 
 from serve_app.errors import ServeAppError, to_http
-from serve_app.guards import (
+from serve_app.http.guards import (
     AdmissionGuard,
     BodyGuard,
     ControlHeaderGuard,
     SharedResult,
     client_key,
-    has_control_chars,
-    log_safe,
     mark_pipeline_full,
 )
+from serve_app.text import has_control_chars, log_safe
 
 
 async def reject(scope, receive, send, err: ServeAppError):
@@ -363,12 +362,12 @@ def test_an_abandoned_request_ends_the_saturation_too():
 
 
 def configured_guards(app, **config):
-    """The ingress's guard stack (serve_app.serving.guards) around ``app``, API key off."""
+    """The ingress's guard stack (serve_app.deployments.ingress_guards) around ``app``, API key off."""
     from starlette.middleware import Middleware
 
-    from serve_app.auth import ApiKey
     from serve_app.config import AppConfig
-    from serve_app.serving.guards import guard_middleware
+    from serve_app.deployments.ingress_guards import guard_middleware
+    from serve_app.http.auth import ApiKey
 
     cfg = AppConfig.model_validate(config)
 
@@ -452,7 +451,7 @@ def test_serve_slots_keep_the_reserved_ones_free_of_subscribers():
     """The subscriber cap (16) equalled the reserved health slots (16): 16 subscribers and 64 uploads held
     all 80. Serve's slots are now the admitted requests + the subscribers + the reserved ones."""
     from serve_app.config import AppConfig
-    from serve_app.serving.guards import ingress_slots
+    from serve_app.deployments.ingress_guards import ingress_slots
 
     cfg = AppConfig.model_validate({"ingress": {"max_ongoing_requests": 64}})
     assert ingress_slots(cfg) == 64 + cfg.streams.max_subscribers + cfg.security.reserved_slots
@@ -534,7 +533,7 @@ def test_a_subscription_that_fails_gives_its_place_back():
     ("GET", {"origin": "https://evil.example", "sec-fetch-site": "cross-site"}, False),  # reads change nothing
 ])  # fmt: skip
 def test_state_changing_requests_from_other_sites_are_refused(method, headers, refused):
-    from serve_app.guards import CrossSiteGuard
+    from serve_app.http.guards import CrossSiteGuard
 
     async def run():
         guard = CrossSiteGuard(body_reader(None), ["https://cams.example.com/"], reject)
@@ -552,7 +551,7 @@ def test_state_changing_requests_from_other_sites_are_refused(method, headers, r
 
 
 def test_the_origin_of_a_header_or_a_setting():
-    from serve_app.guards import origin_of
+    from serve_app.http.guards import origin_of
 
     assert origin_of("HTTP://Example.COM:80/") == "http://example.com"
     assert origin_of("https://[::1]:8443") == "https://[::1]:8443"

@@ -154,7 +154,7 @@ def test_relative_imports_resolve_against_the_module():
         "benchmarks.workload", "benchmarks.gpu.x"
     }
     assert "serve_app.testing.ports" in imported_modules("from .ports import free_port\n", "serve_app.testing", True)
-    assert "serve_app.errors" in imported_modules("from ..errors import ServeAppError\n", "serve_app.serving.sse")
+    assert "serve_app.errors" in imported_modules("from ..errors import ServeAppError\n", "serve_app.http.sse")
 
 
 def test_test_helpers_count_as_the_tests_tree():
@@ -168,3 +168,79 @@ def test_a_cycle_is_found_and_a_chain_is_not():
         "benchmarks", "serve_app", "loadtest", "benchmarks"
     ]
     assert find_cycle({"benchmarks": {"loadtest", "serve_app"}, "loadtest": {"serve_app"}}) is None
+
+
+# ----------------------------------------------------- inside the runtime: floors, no cycle
+
+#: ``serve_app``'s parts (a subpackage or a top-level module), bottom floor first. A part imports only
+#: parts on lower floors (or itself). ``protocol`` still re-exports the decoder's and the sources'
+#: types (issue 22's contract step moves it to the ground floor).
+FLOORS: list[set[str]] = [
+    {"errors", "text", "model_facts", "metrics", "log_limit"},
+    {"config"},
+    {"sources"},
+    {"decode"},
+    {"protocol"},
+    {"model"},
+    {"http"},
+    {"cameras"},
+    {"deployments"},
+    {"app", "checkpoint", "preflight"},
+    {"testing"},
+]
+FLOOR = {part: n for n, parts in enumerate(FLOORS) for part in parts}
+
+
+def runtime_edges(graph: Mapping[str, Iterable[str]]) -> dict[str, set[str]]:
+    """``serve_app`` module -> the ``serve_app`` modules it imports (``from pkg import name`` resolved to
+    the module ``pkg.name`` when that is one, else to ``pkg``)."""
+    modules = {m for m in graph if m.startswith("serve_app.")}
+    edges: dict[str, set[str]] = {}
+    for module in modules:
+        targets = set()
+        for imported in graph[module]:
+            while imported and imported not in modules:
+                imported = imported.rpartition(".")[0]
+            if imported and imported != module:
+                targets.add(imported)
+        edges[module] = targets
+    return edges
+
+
+def part(module: str) -> str:
+    """``serve_app.http.query.protocol`` -> ``http``; ``serve_app.config`` -> ``config``."""
+    return module.split(".")[1]
+
+
+RUNTIME = runtime_edges(GRAPH)
+
+
+def test_every_runtime_part_has_a_floor():
+    assert {part(m) for m in RUNTIME} <= set(FLOOR), sorted({part(m) for m in RUNTIME} - set(FLOOR))
+
+
+def test_no_import_cycle_between_runtime_modules():
+    assert find_cycle(RUNTIME) is None
+
+
+def test_runtime_parts_import_only_lower_floors():
+    upward = sorted(
+        (module, imported)
+        for module, imports in RUNTIME.items()
+        for imported in imports
+        if part(imported) != part(module) and FLOOR[part(imported)] >= FLOOR[part(module)]
+    )
+    assert not upward, upward
+
+
+def test_at_most_ten_top_level_modules():
+    top_level = sorted(p.stem for p in (ROOT / "serve_app").glob("*.py") if p.name != "__init__.py")
+    assert len(top_level) <= 10, top_level
+
+
+def test_a_lazy_cycle_inside_the_runtime_is_found():
+    graph = {
+        "serve_app.a": imported_modules("def f():\n    from serve_app.b import x\n", "serve_app.a"),
+        "serve_app.b": imported_modules("from serve_app import a\n", "serve_app.b"),
+    }
+    assert find_cycle(runtime_edges(graph)) == ["serve_app.a", "serve_app.b", "serve_app.a"]

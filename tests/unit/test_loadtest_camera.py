@@ -5,7 +5,8 @@ import pytest
 
 from loadtest.camera import WindowCutError, cut_windows, source_windows
 from serve_app.config import DecodeConfig, LimitsConfig
-from serve_app.decoder import FrameSampling, decode_clip
+from serve_app.decode.clip import decode_clip
+from serve_app.decode.sampling import FrameSampling
 
 
 @pytest.fixture(scope="module")

@@ -11,11 +11,11 @@ import logging
 import socket
 import threading
 
+from serve_app.cameras.protocol import AlertRule, StreamCreate
+from serve_app.cameras.reader import CameraReader
+from serve_app.cameras.webhook import Webhooks
 from serve_app.config import AppConfig
 from serve_app.log_limit import LogLimiter
-from serve_app.stream_protocol import AlertRule, StreamCreate
-from serve_app.stream_reader import CameraReader
-from serve_app.webhook import Webhooks
 
 LOGGER = logging.getLogger("test.log_limit")
 

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from serve_app import openai_api
 from serve_app.config import AppConfig
 from serve_app.errors import InvalidRequestError, NotFoundError, PayloadTooLargeError
+from serve_app.http.chat import protocol as openai_api
 from serve_app.protocol import Done
 
 CFG = AppConfig.model_validate({"model": {"served_model_name": "cosmos", "allow_ignore_eos": True}})
@@ -189,7 +189,7 @@ def test_response_shapes():
 
 
 def test_rtsps_and_other_schemes_are_refused_before_the_decoder():
-    # One list of network schemes (serve_app.sources.DEFAULT_PORTS) for both routes.
+    # One list of network schemes (serve_app.sources.rules.DEFAULT_PORTS) for both routes.
     assert set(openai_api.NETWORK_SCHEMES) == {"http", "https", "rtsp"}
     with pytest.raises(InvalidRequestError) as e:
         openai_api.clip_source("rtsps://cam.example/stream", CFG)

@@ -1,7 +1,7 @@
 """https to checked addresses: webhooks, clip URLs and camera streams connect where check_url looked.
 
 A local TLS server on 127.0.0.1 holds a certificate for the made-up name ``camera.test`` (RFC 2606:
-never resolvable), issued by a throw-away CA that the client trusts (``serve_app.sources.TLS_VERIFY``).
+never resolvable), issued by a throw-away CA that the client trusts (``serve_app.sources.rules.TLS_VERIFY``).
 Name resolution is patched (:class:`tls_server.FlippingResolver`): ``camera.test`` is 127.0.0.1 the
 first time (the check) and 127.0.0.2 afterwards, where nothing listens. A request that arrives
 therefore went to the checked address without a second lookup; the server records the SNI and
@@ -16,16 +16,16 @@ import time
 
 import httpx
 import pytest
+from tls_server import FlippingResolver, TlsServer
 
-from serve_app import sources
+from serve_app.cameras.protocol import AlertEvent
+from serve_app.cameras.webhook import Webhooks
 from serve_app.config import AppConfig, SourcesConfig
 from serve_app.errors import UnprocessableClipError
-from serve_app.fetch import fetch_url
-from serve_app.http_source import PinnedHttpBody
-from serve_app.sources import check_url
-from serve_app.stream_protocol import AlertEvent
-from serve_app.webhook import Webhooks
-from tls_server import FlippingResolver, TlsServer
+from serve_app.sources import rules as sources
+from serve_app.sources.fetch import fetch_url
+from serve_app.sources.http_source import PinnedHttpBody
+from serve_app.sources.rules import check_url
 
 pytestmark = pytest.mark.unit
 
@@ -134,11 +134,12 @@ def test_camera_body_with_a_certificate_for_another_name_fails_to_connect(monkey
 
 def test_https_camera_stream_reads_from_the_checked_address(tmp_path, monkeypatch, resolver):
     """A whole camera over https: PyAV demuxes the pinned body (an MP4 whose moov is at the end: seeks)."""
-    from serve_app.stream_protocol import StreamCreate
-    from serve_app.stream_registry import StreamRegistry
-    from serve_app.stream_store import StreamStore
-    from serve_app.testing.local_serve import DATA
     from test_stream_registry import FakeModel, run, wait_for
+
+    from serve_app.cameras.protocol import StreamCreate
+    from serve_app.cameras.registry import StreamRegistry
+    from serve_app.cameras.store import StreamStore
+    from serve_app.testing.local_serve import DATA
 
     cfg = AppConfig.model_validate({"sources": LOOPBACK, "streams": {"db_path": str(tmp_path / "s.sqlite")}})
     clip = (DATA / "dashcam_0p4s.mp4").read_bytes()

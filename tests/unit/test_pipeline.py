@@ -22,7 +22,7 @@ from serve_app.errors import (
     ServeAppError,
     error_value,
 )
-from serve_app.pipeline import ClipRun, causes, client_error, start_run
+from serve_app.http.pipeline import ClipRun, causes, client_error, start_run
 from serve_app.protocol import (
     ClipInfo,
     ClipQuestion,
@@ -282,7 +282,7 @@ FINALS = [Done("stop", 5, 2), OverloadedError("the model replica is restarting; 
 
 @pytest.mark.parametrize("final", FINALS, ids=["done", "error_value"])
 def test_the_runner_reads_the_model_stream_to_its_end_before_it_cancels(final):
-    from serve_app.serving.context import RouteRunner
+    from serve_app.http.context import RouteRunner
 
     stream = EndAwareStream([INFO, Delta("a", 1), final])
 
@@ -300,9 +300,9 @@ def test_the_runner_reads_the_model_stream_to_its_end_before_it_cancels(final):
 
 @pytest.mark.parametrize("final", FINALS, ids=["done", "error_value"])
 def test_a_streamed_response_reads_the_model_stream_to_its_end_before_it_cancels(final):
-    from serve_app.serving.context import RequestContext
-    from serve_app.serving.query import QueryEncoder
-    from serve_app.serving.sse import sse_stream
+    from serve_app.http.context import RequestContext
+    from serve_app.http.query.serving import QueryEncoder
+    from serve_app.http.sse import sse_stream
 
     stream = EndAwareStream([INFO, Delta("a", 1), final])
     errors: list[str] = []
@@ -332,7 +332,7 @@ def test_chunks_after_done_are_dropped_and_the_answer_stands():
 
 
 def test_a_stream_left_open_after_done_still_answers_at_the_deadline():
-    from serve_app.serving.context import RouteRunner
+    from serve_app.http.context import RouteRunner
 
     class OpenAfterDone(EndAwareStream):
         async def __anext__(self):
@@ -382,7 +382,7 @@ def runner_request():
 )
 def test_the_runner_answers_every_failure_in_the_error_shape(raised, status):
     from serve_app.config import AppConfig
-    from serve_app.serving.context import RouteRunner
+    from serve_app.http.context import RouteRunner
 
     metrics = RecordingMetrics()
     runner = RouteRunner(AppConfig(), None, None, metrics)
@@ -397,7 +397,7 @@ def test_the_runner_answers_every_failure_in_the_error_shape(raised, status):
 
 def test_the_runner_lets_cancellation_through_and_logs_499():
     from serve_app.config import AppConfig
-    from serve_app.serving.context import RouteRunner
+    from serve_app.http.context import RouteRunner
 
     metrics = RecordingMetrics()
     runner = RouteRunner(AppConfig(), None, None, metrics)

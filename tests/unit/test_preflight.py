@@ -7,8 +7,8 @@ import pytest
 import ray
 import yaml
 
-from serve_app import preflight
 from serve_app.config import AppConfig, ModelConfig
+from serve_app.model import preflight
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -81,7 +81,7 @@ def test_cpu_config_builds_on_a_machine_without_gpu(local_ray):
 def test_vllm_replica_without_vllm_or_gpu_fails_before_importing_vllm(monkeypatch):
     import torch
 
-    from serve_app.engines.vllm_engine import VLLMEngine
+    from serve_app.model.engines.vllm_engine import VLLMEngine
 
     monkeypatch.setattr(preflight, "vllm_installed", lambda: False)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)

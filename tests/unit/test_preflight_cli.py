@@ -17,7 +17,7 @@ import pytest
 import yaml
 from ray.serve.exceptions import RayServeException
 
-from serve_app import preflight, preflight_cli
+from serve_app.model import preflight, preflight_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Generous: a cold Python start plus imports on a loaded 2-core machine (it takes about 0.5 s idle).
@@ -111,8 +111,8 @@ def test_build_refusal_is_a_serve_exception_carrying_the_message(monkeypatch):
 
 
 def test_a_gpu_held_by_another_process_is_named_before_deploying(tmp_path):
-    from serve_app.preflight import GpuHolder, GpuMemory
-    from serve_app.preflight_cli import check_file
+    from serve_app.model.preflight import GpuHolder, GpuMemory
+    from serve_app.model.preflight_cli import check_file
 
     cfg = tmp_path / "gpu.yaml"
     cfg.write_text(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from benchmarks import quiet_scenes
-from serve_app.scene_change import synthetic_scene
+from serve_app.cameras.scene_change import synthetic_scene
 
 
 def lumas_of(frames, windows):

@@ -11,7 +11,7 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
-from serve_app.serving.request_id import MAX_REQUEST_ID_CHARS, RequestIdMiddleware, request_id_of
+from serve_app.http.request_id import MAX_REQUEST_ID_CHARS, RequestIdMiddleware, request_id_of
 
 
 def app() -> Starlette:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from serve_app.api import sampling_options, validate_query
 from serve_app.config import AppConfig
 from serve_app.errors import InvalidRequestError
+from serve_app.http.query.protocol import sampling_options, validate_query
 from serve_app.protocol import MIN_REPETITION_PENALTY, SamplingOptions
 
 QUESTION = {"question": "What happens?", "video_path": "a.mp4"}
@@ -49,10 +49,10 @@ def test_the_engine_generates_at_the_bounds(tiny_checkpoint, sampling):
     import numpy as np
 
     from serve_app.config import ModelConfig
-    from serve_app.engines.base import GenerationRequest
-    from serve_app.engines.transformers_engine import TransformersEngine
+    from serve_app.model.engines.base import GenerationRequest
+    from serve_app.model.engines.transformers_engine import TransformersEngine
+    from serve_app.model.prompt import render_prompt
     from serve_app.model_facts import DEFAULT_SYSTEM_PROMPT
-    from serve_app.prompt import render_prompt
 
     engine = TransformersEngine(ModelConfig(model_id=str(tiny_checkpoint), backend="transformers"))
     asyncio.run(engine.start())

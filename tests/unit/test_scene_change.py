@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from serve_app.scene_change import (
+from serve_app.cameras.scene_change import (
     THRESHOLD,
     QuietScenePolicy,
     changed_fraction,

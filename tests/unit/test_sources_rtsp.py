@@ -12,9 +12,9 @@ import pytest
 from clipgen import read_code
 from fake_camera import FakeCamera
 
-from serve_app.capture import capture_rtsp
 from serve_app.config import DecodeConfig, LimitsConfig, SourcesConfig
-from serve_app.decoder import FrameSampling
+from serve_app.decode.capture import capture_rtsp
+from serve_app.decode.sampling import FrameSampling
 from serve_app.errors import ForbiddenSourceError, PayloadTooLargeError, UnprocessableClipError, UpstreamTimeoutError
 
 OPEN_S, READ_S = 2.0, 1.0

@@ -13,11 +13,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from serve_app import sources as sources_module
 from serve_app.config import DecodeConfig, LimitsConfig, SourcesConfig
-from serve_app.decoder import FrameSampling, decode_clip
+from serve_app.decode.clip import decode_clip
+from serve_app.decode.sampling import FrameSampling
 from serve_app.errors import ForbiddenSourceError, PayloadTooLargeError, UnprocessableClipError, UpstreamTimeoutError
-from serve_app.fetch import fetch_url
+from serve_app.sources import rules as sources_module
+from serve_app.sources.fetch import fetch_url
 
 PRIVATE_OK = SourcesConfig(allow_private_networks=True, url_read_timeout_s=1.0, url_total_timeout_s=3.0)
 

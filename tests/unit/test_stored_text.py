@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from serve_app.cameras.protocol import StreamCreate
+from serve_app.cameras.reader import CameraReader
+from serve_app.cameras.registry import StreamRegistry
+from serve_app.cameras.routes import validate_stream
+from serve_app.cameras.store import StreamStore
 from serve_app.config import AppConfig
 from serve_app.errors import InvalidRequestError
-from serve_app.guards import log_safe
-from serve_app.serving.streams import validate_stream
-from serve_app.stream_protocol import StreamCreate
-from serve_app.stream_reader import CameraReader
-from serve_app.stream_registry import StreamRegistry
-from serve_app.stream_store import StreamStore
+from serve_app.text import log_safe
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 FORGED = "\n2026-01-01 00:00:00 INFO request forged -> 200"

@@ -7,9 +7,9 @@ import asyncio
 import pytest
 from pydantic import ValidationError
 
-from serve_app.stream_core import Backoff, EventLog, NewestWinsQueue, Percentiles, WindowCutter
-from serve_app.stream_protocol import AlertRule, StateEvent, StreamCreate
-from serve_app.stream_store import StreamStore
+from serve_app.cameras.protocol import AlertRule, StateEvent, StreamCreate
+from serve_app.cameras.store import StreamStore
+from serve_app.cameras.windows import Backoff, EventLog, NewestWinsQueue, Percentiles, WindowCutter
 
 
 def feed(cutter: WindowCutter, fps: float, seconds: float):

@@ -5,14 +5,14 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from test_stream_shared_clip import CLIP, DATA, Recorder
 
+from serve_app.cameras.protocol import StreamCreate
+from serve_app.cameras.registry import StreamRegistry
+from serve_app.cameras.rules import check_stream_limits
+from serve_app.cameras.store import StreamStore
 from serve_app.config import AppConfig
 from serve_app.errors import InvalidRequestError
-from serve_app.stream_protocol import StreamCreate
-from serve_app.stream_registry import StreamRegistry
-from serve_app.stream_rules import check_stream_limits
-from serve_app.stream_store import StreamStore
-from test_stream_shared_clip import CLIP, DATA, Recorder
 
 
 def test_ignore_eos_needs_the_servers_permission():

@@ -16,16 +16,16 @@ import av
 import numpy as np
 import pytest
 
+from serve_app.cameras.protocol import StreamCreate
+from serve_app.cameras.reader import HeldFrames, ReadyWindow
+from serve_app.cameras.registry import StreamRegistry
+from serve_app.cameras.routes import validate_stream
+from serve_app.cameras.rules import COMPACT_BYTES_PER_PIXEL, stream_frame_bytes
+from serve_app.cameras.store import StreamStore
+from serve_app.cameras.windows import WindowCutter
 from serve_app.config import AppConfig
+from serve_app.decode.frames import FrameStore, apply_display
 from serve_app.errors import InvalidRequestError, OverloadedError
-from serve_app.frames import FrameStore, apply_display
-from serve_app.serving.streams import validate_stream
-from serve_app.stream_core import WindowCutter
-from serve_app.stream_protocol import StreamCreate
-from serve_app.stream_reader import HeldFrames, ReadyWindow
-from serve_app.stream_registry import StreamRegistry
-from serve_app.stream_rules import COMPACT_BYTES_PER_PIXEL, stream_frame_bytes
-from serve_app.stream_store import StreamStore
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 #: A camera that never answers (a closed port on loopback): its reader only reconnects, holding no frames.
@@ -182,7 +182,7 @@ def test_the_reservation_covers_what_a_stream_holds(tmp_path):
 def test_freed_frame_memory_goes_back_to_the_system():
     """A process that held ~400 MB of frame-sized buffers from several threads keeps most of it after
     freeing them under glibc's default (its mmap threshold rises after the first big free); with the
-    stream worker's settings (serve_app/memory.py) it is handed back."""
+    stream worker's settings (serve_app/cameras/memory.py) it is handed back."""
     script = textwrap.dedent("""
         import sys, threading
         import numpy as np

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from serve_app.cameras.protocol import StreamCreate
+from serve_app.cameras.registry import StreamRegistry
+from serve_app.cameras.routes import validate_stream
+from serve_app.cameras.store import StreamStore
 from serve_app.config import AppConfig
 from serve_app.errors import InvalidRequestError
-from serve_app.serving.streams import validate_stream
-from serve_app.stream_protocol import StreamCreate
-from serve_app.stream_registry import StreamRegistry
-from serve_app.stream_store import StreamStore
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 #: What got through: a turn closed and a system turn opened; a second video placeholder (every window then

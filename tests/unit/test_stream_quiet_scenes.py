@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 from pathlib import Path
 
 import av
@@ -10,13 +11,12 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
+from serve_app.cameras.protocol import AlertEvent, AlertRule, AnswerEvent, SkippedEvent, SkipUnchanged, StreamCreate
+from serve_app.cameras.registry import StreamRegistry
+from serve_app.cameras.rules import stream_frame_bytes
+from serve_app.cameras.scene_change import synthetic_scene
+from serve_app.cameras.store import StreamStore
 from serve_app.config import AppConfig
-from serve_app.scene_change import synthetic_scene
-from serve_app.stream_protocol import AlertEvent, AlertRule, AnswerEvent, SkippedEvent, SkipUnchanged, StreamCreate
-from serve_app.stream_registry import StreamRegistry
-from serve_app.stream_rules import stream_frame_bytes
-from serve_app.stream_store import StreamStore
-import itertools
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 MOVING = "dashcam_0p4s.mp4"  # a car driving: every window changes

@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 
+from serve_app.cameras.protocol import AlertEvent, AlertRule, AnswerEvent, StreamCreate
+from serve_app.cameras.reader import jpeg_thumbnail
+from serve_app.cameras.registry import StreamRegistry, redact
+from serve_app.cameras.store import StreamStore
+from serve_app.cameras.webhook import Webhooks
 from serve_app.config import AppConfig
 from serve_app.errors import ErrorInfo, NotFoundError, OverloadedError
 from serve_app.protocol import ClipInfo, ClipQuestion, DecodedClip, Delta, Done, VideoInfo
-from serve_app.stream_protocol import AlertEvent, AlertRule, AnswerEvent, StreamCreate
-from serve_app.stream_reader import jpeg_thumbnail
-from serve_app.stream_registry import StreamRegistry, redact
-from serve_app.stream_store import StreamStore
 from serve_app.testing.fake_camera import FakeCamera
-from serve_app.webhook import Webhooks
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 CLIP = "dashcam_0p4s.mp4"  # 0.4 s: a looping camera that wraps every 0.4 s of stream time
@@ -154,7 +154,7 @@ CLIP_INFO = ClipInfo(
 @pytest.mark.parametrize("final", [Done("stop", 5, 1), OverloadedError("busy").info()], ids=["done", "error_value"])
 def test_a_window_reads_the_model_stream_to_its_end(final):
     """Past the final chunk, so the model replica's call returns by itself and Serve logs and counts it
-    (see serve_app.pipeline.ClipRun)."""
+    (see serve_app.http.pipeline.ClipRun)."""
     returned = []
 
     async def model_stream():

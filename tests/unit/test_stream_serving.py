@@ -8,12 +8,12 @@ import json
 import pytest
 from starlette.requests import Request
 
+from serve_app.cameras.protocol import EventBatch, StateEvent
+from serve_app.cameras.routes import StreamsServing, validate_stream
 from serve_app.config import AppConfig
 from serve_app.errors import InvalidRequestError
-from serve_app.serving.context import RouteRunner
-from serve_app.serving.request_id import STATE_KEY
-from serve_app.serving.streams import StreamsServing, validate_stream
-from serve_app.stream_protocol import EventBatch, StateEvent
+from serve_app.http.context import RouteRunner
+from serve_app.http.request_id import STATE_KEY
 
 
 class Metrics:

@@ -6,11 +6,11 @@ import asyncio
 import re
 from pathlib import Path
 
+from serve_app.cameras.protocol import AnswerEvent, StreamCreate
+from serve_app.cameras.registry import StreamRegistry
+from serve_app.cameras.store import StreamStore
 from serve_app.config import AppConfig
 from serve_app.protocol import ClipInfo, Delta, Done, VideoInfo
-from serve_app.stream_protocol import AnswerEvent, StreamCreate
-from serve_app.stream_registry import StreamRegistry
-from serve_app.stream_store import StreamStore
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 CLIP = "dashcam_0p4s.mp4"

@@ -7,10 +7,10 @@ coalescing interval take no wall time, and the times asserted are exact.
 import asyncio
 
 import pytest
-
-from serve_app.protocol import Delta, Done
-from serve_app.streaming import coalesce_deltas
 from clock import run_virtual
+
+from serve_app.model.coalesce import coalesce_deltas
+from serve_app.protocol import Delta, Done
 
 
 async def source(n_tokens: int, gap_s: float, log: list | None = None, fail: bool = False):

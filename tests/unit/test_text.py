@@ -2,9 +2,9 @@
 
 import pytest
 
+from serve_app.model.prompt import build_messages, render_prompt
+from serve_app.model.reasoning import split_reasoning
 from serve_app.model_facts import COSMOS_SYSTEM_PROMPT, DEFAULT_SYSTEM_PROMPT, VIDEO_PLACEHOLDER
-from serve_app.prompt import build_messages, render_prompt
-from serve_app.reasoning import split_reasoning
 
 
 def test_prompt_has_one_video_placeholder_before_the_question():
@@ -64,7 +64,7 @@ def test_tokenizer_matches_tiktoken_bpe(tiny_checkpoint):
     import tiktoken
     from tokenizers import Tokenizer
 
-    from serve_app.qwen_tokenizer import PRETOKENIZE_REGEX, load_ranks, tiktoken_file
+    from serve_app.model.tokenizer import PRETOKENIZE_REGEX, load_ranks, tiktoken_file
 
     enc = tiktoken.Encoding(
         "qwen", pat_str=PRETOKENIZE_REGEX, mergeable_ranks=load_ranks(tiktoken_file()), special_tokens={}

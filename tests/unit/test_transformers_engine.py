@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from serve_app.config import ModelConfig
-from serve_app.engines.base import GenerationRequest
-from serve_app.engines.transformers_engine import TransformersEngine
+from serve_app.model.engines.base import GenerationRequest
+from serve_app.model.engines.transformers_engine import TransformersEngine
+from serve_app.model.prompt import render_prompt
 from serve_app.model_facts import DEFAULT_SYSTEM_PROMPT
-from serve_app.prompt import render_prompt
 from serve_app.protocol import SamplingOptions
 
 

@@ -1,4 +1,4 @@
-"""The vision tower's input made on the CPU (serve_app/vision_patches.py) against the HF processor itself.
+"""The vision tower's input made on the CPU (serve_app/decode/vision_patches.py) against the HF processor itself.
 
 The reference is transformers' Qwen2.5-VL processor from the tiny checkpoint (the same processor
 config as Cosmos-Reason1-7B), called as the vLLM engine calls it; vLLM's vision tower casts
@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from serve_app.decoder import DecodedClip
-from serve_app.engines.vllm_engine import processor_kwargs
-from serve_app.vision_patches import PATCH_VALUES, bf16_table, patchify
+from serve_app.decode.clip import DecodedClip
+from serve_app.decode.vision_patches import PATCH_VALUES, bf16_table, patchify
+from serve_app.model.engines.vllm_engine import processor_kwargs
 
 VIDEO = "<|vision_start|><|video_pad|><|vision_end|>"
 
@@ -109,8 +109,8 @@ def _decoder(vision_input):
 def test_the_decode_tier_hands_patches_when_configured():
     from pathlib import Path
 
-    from serve_app.decoder import FrameSampling
-    from serve_app.sources import ClipSource
+    from serve_app.decode.sampling import FrameSampling
+    from serve_app.sources.rules import ClipSource
 
     data = (Path(__file__).resolve().parents[1] / "data" / "dashcam_320x180_h264.mp4").read_bytes()
     sampling = FrameSampling(fps=4.0, max_frames=16)
@@ -130,7 +130,7 @@ def test_the_decode_tier_hands_patches_when_configured():
 )
 def test_the_torch_table_patchify_makes_the_same_fields_as_the_numpy_one(t, h, w, fps):
     """model.patchify 'table' runs these torch ops on the replica's GPU; on the CPU they must agree bit for bit."""
-    from serve_app.vision_patches import _patchify_torch, patchify_fields
+    from serve_app.decode.vision_patches import _patchify_torch, patchify_fields
 
     frames = np.random.default_rng(t + 7).integers(0, 256, (t, h, w, 3), dtype=np.uint8)
     frames.setflags(write=False)  # as Ray's object store hands them over
@@ -147,7 +147,7 @@ def test_the_torch_table_patchify_makes_the_same_fields_as_the_numpy_one(t, h, w
 
 @pytest.mark.parametrize("view", ["every-other-column", "mirrored"])
 def test_the_torch_table_patchify_takes_a_non_contiguous_clip(view):
-    from serve_app.vision_patches import _patchify_torch
+    from serve_app.decode.vision_patches import _patchify_torch
 
     wide = np.random.default_rng(3).integers(0, 256, (4, 56, 168, 3), dtype=np.uint8)
     frames = wide[:, :, ::2] if view == "every-other-column" else wide[:, :, ::-1][:, :, :84]  # (4, 56, 84, 3)
@@ -158,7 +158,7 @@ def test_the_torch_table_patchify_takes_a_non_contiguous_clip(view):
 
 @pytest.mark.parametrize(("device", "torch_ops"), [("cuda", True), ("cuda:1", True), ("cpu", False)])
 def test_patchify_fields_runs_torch_ops_on_an_accelerator_and_numpy_on_the_cpu(monkeypatch, device, torch_ops):
-    import serve_app.vision_patches as vp
+    import serve_app.decode.vision_patches as vp
 
     calls = []
     monkeypatch.setattr(vp, "_patchify_torch", lambda frames, fps, dev: calls.append(dev) or {"from": "torch"})
@@ -173,7 +173,7 @@ def test_patchify_fields_runs_torch_ops_on_an_accelerator_and_numpy_on_the_cpu(m
     [((4, 420, 750, 3), 4.0, "multiple of 28"), ((2, 56, 56, 3), -1.0, "fps must be > 0")],
 )
 def test_the_torch_table_patchify_refuses_what_the_numpy_one_refuses(shape, fps, match):
-    from serve_app.vision_patches import _patchify_torch
+    from serve_app.decode.vision_patches import _patchify_torch
 
     with pytest.raises(ValueError, match=match):
         _patchify_torch(np.zeros(shape, np.uint8), fps, "cpu")

@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from serve_app.config import app_config_from_file
-from serve_app.engines.base import GenerationRequest, SamplingOptions
-from serve_app.engines.vllm_engine import engine_prompt, processor_kwargs, unknown_engine_args
+from serve_app.model.engines.base import GenerationRequest, SamplingOptions
+from serve_app.model.engines.vllm_engine import engine_prompt, processor_kwargs, unknown_engine_args
+from serve_app.model.prompt import render_prompt
 from serve_app.model_facts import DEFAULT_SYSTEM_PROMPT
-from serve_app.prompt import render_prompt
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMES = json.loads((ROOT / "tests/data/vllm/engine_arg_names-0.24.0.json").read_text())["names"]
@@ -99,7 +99,7 @@ def _engine_request():
 def test_pixel_handoff_casts_only_pixels_and_keeps_the_numbers_the_vision_tower_sees(mode):
     import torch
 
-    from serve_app.engines.vllm_engine import handoff_pixels
+    from serve_app.model.engines.vllm_engine import handoff_pixels
 
     req, pixels = _engine_request()
     nbytes = handoff_pixels(req, mode)
@@ -115,7 +115,7 @@ def test_pixel_handoff_casts_only_pixels_and_keeps_the_numbers_the_vision_tower_
 
 
 def test_engine_prompt_passes_patches_through_without_processor_kwargs():
-    from serve_app.vision_patches import patchify
+    from serve_app.decode.vision_patches import patchify
 
     frames = np.random.default_rng(2).integers(0, 256, (4, 56, 84, 3), dtype=np.uint8)
     patches = patchify(frames, 4.0)
@@ -132,7 +132,7 @@ def test_engine_prompt_passes_patches_through_without_processor_kwargs():
 
 
 def test_engine_prompt_patchifies_frames_with_the_table_when_asked():
-    from serve_app.vision_patches import patchify
+    from serve_app.decode.vision_patches import patchify
 
     frames = np.random.default_rng(3).integers(0, 256, (5, 56, 84, 3), dtype=np.uint8)
     sampling = SamplingOptions(8, 0.6, 0.95, 1.05)
@@ -169,8 +169,8 @@ def test_the_preprocessing_thread_patchifies_frames_with_the_table_before_vllm_p
     from types import SimpleNamespace
 
     from serve_app.config import ModelConfig
-    from serve_app.engines.vllm_engine import VLLMEngine
-    from serve_app.vision_patches import patchify
+    from serve_app.decode.vision_patches import patchify
+    from serve_app.model.engines.vllm_engine import VLLMEngine
 
     config = ModelConfig(backend="vllm", patchify="table", preprocess_threads=1, processor_kwargs={"device": "cpu"})
     engine = VLLMEngine(config)
@@ -205,7 +205,7 @@ def test_the_preprocessing_thread_patchifies_frames_with_the_table_before_vllm_p
 )
 def test_the_table_runs_on_the_device_of_processor_kwargs(model, device):
     from serve_app.config import ModelConfig
-    from serve_app.engines.vllm_engine import VLLMEngine
+    from serve_app.model.engines.vllm_engine import VLLMEngine
 
     assert VLLMEngine(ModelConfig(backend="vllm", **model))._table_device == device
 
@@ -244,7 +244,7 @@ def test_video_pruning_is_refused_with_the_reason(rate):
 
 
 def test_the_compile_cache_env_keeps_every_compiler_under_one_folder(tmp_path):
-    from serve_app.engines.vllm_engine import compile_cache_env
+    from serve_app.model.engines.vllm_engine import compile_cache_env
 
     env = compile_cache_env(str(tmp_path / "cache"))
     assert env == {"VLLM_CACHE_ROOT": str(tmp_path / "cache" / "vllm"),
@@ -254,7 +254,7 @@ def test_the_compile_cache_env_keeps_every_compiler_under_one_folder(tmp_path):
 
 
 def test_the_start_says_whether_the_compile_cache_was_warm(tmp_path):
-    from serve_app.engines.vllm_engine import cache_state
+    from serve_app.model.engines.vllm_engine import cache_state
 
     assert cache_state(str(tmp_path)).startswith("cold")
     (tmp_path / "torch_compile_cache" / "abc" / "rank_0_0").mkdir(parents=True)
@@ -268,7 +268,7 @@ def test_a_tokenizer_pool_deep_copies_to_itself_and_a_plain_tokenizer_does_not(m
     import sys
     import types
 
-    from serve_app.engines.vllm_patches import share_tokenizer_pools
+    from serve_app.model.engines.vllm_patches import share_tokenizer_pools
 
     class Mixin:  # stands for vllm.tokenizers.hf.ThreadSafeHFTokenizerMixin
         pass
@@ -297,7 +297,7 @@ def test_a_tokenizer_pool_deep_copies_to_itself_and_a_plain_tokenizer_does_not(m
 def test_without_vllm_nothing_is_patched(monkeypatch):
     import sys
 
-    from serve_app.engines.vllm_patches import share_tokenizer_pools
+    from serve_app.model.engines.vllm_patches import share_tokenizer_pools
 
     monkeypatch.setitem(sys.modules, "vllm.tokenizers.hf", None)  # import fails
     assert share_tokenizer_pools() is False

@@ -123,7 +123,7 @@ def test_every_gpu_config_warms_the_sampled_path_at_batch_8_or_more(name):
 
 
 def test_a_failing_warmup_clip_fails_the_start_with_the_engines_error_and_cancels_the_rest():
-    from serve_app.engines.base import EngineDeadError
+    from serve_app.model.engines.base import EngineDeadError
     from serve_app.testing.engines import ScriptedEngine
 
     class DiesOnThird(ScriptedEngine):

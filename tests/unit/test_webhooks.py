@@ -15,12 +15,12 @@ from pathlib import Path
 import httpx
 import pytest
 
+from serve_app.cameras.protocol import AlertRule, StreamCreate
+from serve_app.cameras.registry import StreamRegistry
+from serve_app.cameras.store import StreamStore
+from serve_app.cameras.webhook import MAX_RESPONSE_BYTES, Webhooks
 from serve_app.config import AppConfig
 from serve_app.protocol import ClipInfo, Delta, Done, VideoInfo
-from serve_app.stream_protocol import AlertRule, StreamCreate
-from serve_app.stream_registry import StreamRegistry
-from serve_app.stream_store import StreamStore
-from serve_app.webhook import MAX_RESPONSE_BYTES, Webhooks
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 HOOK = "http://127.0.0.1:9/hook"  # a literal: checked without DNS; the mock transport answers
@@ -119,7 +119,7 @@ def test_a_redirect_is_a_permanent_failure_neither_followed_nor_retried(status):
 
 @pytest.mark.parametrize("status, attempts", [(404, 1), (400, 1), (500, 3), (503, 3), (429, 3), (408, 3)])
 def test_only_transient_answers_are_retried(status, attempts, monkeypatch):
-    monkeypatch.setattr("serve_app.webhook.BACKOFF_INITIAL_S", 0.001)
+    monkeypatch.setattr("serve_app.cameras.webhook.BACKOFF_INITIAL_S", 0.001)
     calls: list[int] = []
 
     def handler(req: httpx.Request) -> httpx.Response:
@@ -132,7 +132,7 @@ def test_only_transient_answers_are_retried(status, attempts, monkeypatch):
 
 
 def test_a_transient_failure_then_success_is_delivered(monkeypatch):
-    monkeypatch.setattr("serve_app.webhook.BACKOFF_INITIAL_S", 0.001)
+    monkeypatch.setattr("serve_app.cameras.webhook.BACKOFF_INITIAL_S", 0.001)
     answers = iter([httpx.Response(502), httpx.Response(204)])
     hooks = Webhooks(config(webhook_retries=2), transport=httpx.MockTransport(lambda req: next(answers)))
     deliver(hooks)

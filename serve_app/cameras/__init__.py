@@ -1,0 +1,2 @@
+"""Live cameras: the streams API's values (:mod:`.protocol`), windows, reader, registry, store, rules,
+alert webhooks, the routes (:mod:`.routes`) and the dashboard (``static/``)."""

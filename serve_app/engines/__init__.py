@@ -1,1 +1,0 @@
-"""Generation engines behind one interface (:mod:`serve_app.engines.base`)."""

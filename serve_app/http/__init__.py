@@ -1,0 +1,13 @@
+"""The HTTP side of the ingress: one folder per pipeline route, the shared request path, the defences.
+
+* :mod:`.query` and :mod:`.chat`: ``POST /v1/video/query`` and the OpenAI-compatible
+  ``POST /v1/chat/completions``, each a ``protocol`` (request and response shapes) and a ``serving``
+  (the route's work) module;
+* :mod:`.context` (request context, access log, one error mapping), :mod:`.pipeline` (decode, hand-off
+  to the model, errors; Ray-free), :mod:`.sse` (the one server-sent-events loop),
+  :mod:`.request_id` (the middleware that gives every request its id), :mod:`.error_handlers`;
+* :mod:`.auth` (the API key), :mod:`.guards` (the ASGI defences), :mod:`.health`, :mod:`.models`.
+
+The ingress deployment (:mod:`serve_app.deployments.ingress`) only declares the routes; the guard stack
+in route order is :mod:`serve_app.deployments.ingress_guards`.
+"""

@@ -1,0 +1,1 @@
+"""Generation engines behind one interface (:mod:`serve_app.model.engines.base`)."""
