@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import functools
 import io
-from fractions import Fraction
 from collections.abc import Callable
+from fractions import Fraction
 
 import av
 from av.bitstream import BitStreamFilterContext

@@ -20,8 +20,8 @@ def serve_processes(root_pid: int | None = None) -> list:
     Only descendants of ``root_pid`` (default: this process, whose ``ray.init`` started the
     raylet that forks every worker) count, so other Ray clusters on the machine do not.
     """
-    import ray  # noqa: F401 - puts Ray's bundled psutil on sys.path
     import psutil
+    import ray  # noqa: F401 - puts Ray's bundled psutil on sys.path
 
     procs = []
     for p in psutil.Process(root_pid or os.getpid()).children(recursive=True):

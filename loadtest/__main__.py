@@ -39,15 +39,26 @@ from rich.console import Console
 from rich.live import Live
 
 from loadtest import plots
-from loadtest.report import (
-    LiveView, build_results, load_results, records_of, render_run, sweep_table, write_run,
-)
 from loadtest.client import make_client
-from loadtest.runner import Feed, Runner, prepare_feeds
-from loadtest.settings import (
-    DEFAULT_QUESTIONS, RunSettings, ServerLimitError, check_against_server, load_cameras_file, make_cameras,
+from loadtest.report import (
+    LiveView,
+    build_results,
+    load_results,
+    records_of,
+    render_run,
+    sweep_table,
+    write_run,
 )
+from loadtest.runner import Feed, Runner, prepare_feeds
 from loadtest.schedule import SCHEDULES, STAGGERS
+from loadtest.settings import (
+    DEFAULT_QUESTIONS,
+    RunSettings,
+    ServerLimitError,
+    check_against_server,
+    load_cameras_file,
+    make_cameras,
+)
 from loadtest.sweep import parse_levels, run_sweep
 
 if TYPE_CHECKING:

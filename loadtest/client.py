@@ -206,7 +206,7 @@ def parse_sse_line(line: str) -> dict[str, Any] | str | None:
     return event
 
 
-async def send(
+async def send(  # noqa: C901 - one streamed read: a branch per event kind and per transport failure, all recorded
     client: httpx.AsyncClient, url: str, request: HttpRequest, record: RequestRecord,
     clock: Callable[[], float], stream: bool,
 ) -> None:

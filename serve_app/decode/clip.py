@@ -175,7 +175,7 @@ class DecodedClip:
 # --------------------------------------------------------------------------- entry point
 
 
-def decode_clip(
+def decode_clip(  # noqa: C901 - the decode pipeline in order: open, plan, two decode paths, checks; each step a call
     source: bytes | str | Path,
     request: FrameSampling,
     decode: DecodeConfig,

@@ -20,6 +20,7 @@ import numpy as np
 from serve_app.config import PIXEL_FACTOR, PixelBudget
 from serve_app.errors import UnprocessableClipError
 
+
 @dataclasses.dataclass(frozen=True)
 class FrameSampling:
     """Frame sampling of a clip: which window, at what rate, how many frames at most.

@@ -21,10 +21,10 @@ from typing import Any
 from ray.exceptions import RayActorError, RayTaskError
 from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError
 
-from serve_app.text import log_safe
-from serve_app.log_limit import LOG_LIMIT
 from serve_app.errors import ErrorInfo, OverloadedError, ServeAppError, UpstreamTimeoutError, internal_error
-from serve_app.protocol import ClipInfo, ClipQuestion, ClipSource, Delta, Done, ModelChunk, FrameSampling
+from serve_app.log_limit import LOG_LIMIT
+from serve_app.protocol import ClipInfo, ClipQuestion, ClipSource, Delta, Done, FrameSampling, ModelChunk
+from serve_app.text import log_safe
 
 logger = logging.getLogger("ray.serve")
 

@@ -38,7 +38,7 @@ class _End:
 _DONE = _End()
 
 
-async def coalesce_deltas(
+async def coalesce_deltas(  # noqa: C901 - one async merge loop: branches for deltas, final chunks, errors and the batch timer
     source: AsyncIterator[T | Delta], interval_s: float, clock: Callable[[], float] = time.monotonic
 ) -> AsyncGenerator[T | Delta, None]:
     """Yields ``source``'s chunks with :class:`Delta` chunks merged per ``interval_s`` seconds.

@@ -69,7 +69,7 @@ def new_engine_request_id() -> str:
     return "gen-" + uuid.uuid4().hex
 
 
-async def answer_stream(
+async def answer_stream(  # noqa: C901 - the engine stream to chunks: branches for queue, first token, stop strings, end, errors
     engine: Engine,
     question: ClipQuestion,
     clip: DecodedClip | ErrorInfo,

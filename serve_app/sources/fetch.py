@@ -74,7 +74,7 @@ def fetch_url(
     )
 
 
-def _get(
+def _get(  # noqa: C901 - one pinned HTTP read: a branch per refused status, redirect, size and timeout
     client: httpx.Client, checked: CheckedURL, max_bytes: int, deadline: float, sources: SourcesConfig
 ) -> bytes | str:
     """One GET to the checked addresses: the body, or a redirect's ``Location``."""

@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 
 import httpx
-
 from readme_text import README, code_blocks, section
 
 ROOT = Path(__file__).resolve().parents[2]

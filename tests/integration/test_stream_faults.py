@@ -14,9 +14,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from benchmarks.replicas import kill_replica, replica_actor_names
 from serve_app.testing.fake_camera import FakeCamera
 from serve_app.testing.local_serve import TEST_API_KEY_ENV, cpu_app_args, deploy
-from benchmarks.replicas import kill_replica, replica_actor_names
 
 APP, PREFIX = "stream-faults", "/stream-faults"
 PAUSE_S = 20.0

@@ -1,9 +1,9 @@
 """The robustness benches' summaries of load-tester records (overload, soak) and their memory samples."""
 
 
-from loadtest.records import RequestRecord
 from benchmarks import overload, soak
 from benchmarks.memory import RssSample, RssSampler
+from loadtest.records import RequestRecord
 
 
 def rec(sent, done, status=200, kind=None, retry_after=None, cam="cam-0", etype=None):

@@ -12,8 +12,8 @@ import pytest
 from serve_app.config import DecodeConfig, LimitsConfig
 from serve_app.decode.bitstream import ReferenceParser
 from serve_app.decode.clip import decode_clip
-from serve_app.decode.sampling import FrameSampling
 from serve_app.decode.frames import FrameStore
+from serve_app.decode.sampling import FrameSampling
 
 DEC, LIM = DecodeConfig(), LimitsConfig()
 

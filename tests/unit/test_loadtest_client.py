@@ -9,6 +9,7 @@ import json
 
 import httpx
 import pytest
+from clock import run_virtual
 from pydantic import ValidationError
 
 from loadtest.camera import Window
@@ -24,7 +25,6 @@ from loadtest.settings import (
     make_cameras,
 )
 from serve_app.config import AppConfig
-from clock import run_virtual
 
 WINDOW = Window(3, 30.0, 40.0, 0.4, 10.4, b"\x00\x01mp4", "remux", 0.4)
 

@@ -6,10 +6,10 @@ import json
 
 import httpx
 import pytest
+from clock import run_virtual
 
 from loadtest import traffic
 from loadtest.records import RequestRecord
-from clock import run_virtual
 
 DONE = {"type": "done", "usage": {"prompt_tokens": 100, "completion_tokens": 4}, "timings": {"decode_ms": 20.0}}
 

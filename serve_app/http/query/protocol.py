@@ -255,7 +255,7 @@ def validate_query(fields: dict[str, Any], config: AppConfig) -> QueryRequest:
     return q
 
 
-async def parse_query(request: Request, config: AppConfig) -> tuple[QueryRequest, ClipSource]:
+async def parse_query(request: Request, config: AppConfig) -> tuple[QueryRequest, ClipSource]:  # noqa: C901 - two body shapes (JSON, multipart) with their limits, each branch one documented 4xx
     """Reads a ``/v1/video/query`` request into validated fields and a clip source.
 
     Raises:
