@@ -30,7 +30,7 @@ pytestmark = pytest.mark.skipif(_gpus() == 0, reason="GPU test: no CUDA GPU")
 # vLLM's AsyncLLM does when it starts its engine-core process.
 FORK_PROBE = """
 import os, sys, torch
-from serve_app import preflight
+from serve_app.model import preflight
 try:
     preflight.check_replica()
 except preflight.HardwareError as exc:

@@ -186,7 +186,7 @@ def test_freed_frame_memory_goes_back_to_the_system():
     script = textwrap.dedent("""
         import sys, threading
         import numpy as np
-        from serve_app import memory
+        from serve_app.cameras import memory
         def rss_mb():
             with open("/proc/self/statm") as f:
                 return int(f.read().split()[1]) * 4096 / 2**20
