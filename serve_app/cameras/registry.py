@@ -6,29 +6,25 @@ task that hands each window to the model (``ask``, injected: the model deploymen
 ``generate`` stream in production, a fake in unit tests) one at a time, so a slow model makes
 a camera drop its oldest pending window (counted ``model_behind``) and never blocks another.
 Answers, alerts and state changes become events in the :class:`~serve_app.cameras.windows.EventLog`;
-definitions and answers go to the :class:`~serve_app.cameras.store.StreamStore`.
+definitions and answers go to the :class:`~serve_app.cameras.store.StreamStore`. The answer loop itself
+(every question of a window, the shared clip identity, the window's answer and alert) is
+:class:`~serve_app.cameras.answering.WindowAnswering`, which the registry extends.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import contextvars
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any
 
+from serve_app.cameras.answering import Ask, LiveStream, NoMetrics, Prepare, StreamMetrics, WindowAnswering
 from serve_app.cameras.protocol import (
-    RANDOM_WEIGHTS_NOTE,
-    AlertEvent,
-    AnswerEvent,
-    AnswerTimings,
-    AnswerUsage,
     EventBatch,
-    LastAnswer,
     SkippedEvent,
     StateEvent,
     StreamCreate,
@@ -40,45 +36,15 @@ from serve_app.cameras.protocol import (
 )
 from serve_app.cameras.reader import CameraReader, ReadyWindow
 from serve_app.cameras.rules import check_stream_limits, frames_per_window, mib, stream_frame_bytes
-from serve_app.cameras.scene_change import QuietScenePolicy, SkipDecision
+from serve_app.cameras.scene_change import SkipDecision
 from serve_app.cameras.store import StreamStore
-from serve_app.cameras.windows import EventLog, NewestWinsQueue, Percentiles
+from serve_app.cameras.windows import EventLog
 from serve_app.config import AppConfig
-from serve_app.errors import ErrorInfo, NotFoundError, OverloadedError, ServeAppError, error_value
-from serve_app.http.pipeline import client_error
+from serve_app.errors import NotFoundError, OverloadedError, ServeAppError
 from serve_app.log_limit import LOG_LIMIT
-from serve_app.model.reasoning import split_reasoning
-from serve_app.protocol import ClipInfo, ClipQuestion, DecodedClip, Delta, Done, ModelChunk, SamplingOptions
 from serve_app.text import log_safe
 
 logger = logging.getLogger("ray.serve")
-
-#: ``ask(question, clip)``: the model's chunk stream for one window (``clip``: what :data:`Prepare` made of it).
-Ask = Callable[[ClipQuestion, Any], AsyncIterator[ModelChunk]]
-#: ``prepare(clip)``: a window's clip as every question of the window sends it (blocking; run off the event
-#: loop): the stream worker puts it in Ray's object store once, so the worker holds no copy while the model
-#: answers; by default the clip itself.
-Prepare = Callable[[DecodedClip], Any]
-
-
-class StreamMetrics(Protocol):
-    """What the registry records per stream (:class:`serve_app.metrics.StreamMetrics`)."""
-
-    def window(self, stream_id: str, outcome: str) -> None: ...
-    def reconnect(self, stream_id: str) -> None: ...
-    def freshness(self, stream_id: str, seconds: float) -> None: ...
-
-
-class _NoMetrics:
-    def window(self, stream_id: str, outcome: str) -> None:
-        pass
-
-    def reconnect(self, stream_id: str) -> None:
-        pass
-
-    def freshness(self, stream_id: str, seconds: float) -> None:
-        pass
-
 
 def redact(url: str) -> str:
     """``url`` without user:password (shown in statuses and logs)."""
@@ -88,34 +54,7 @@ def redact(url: str) -> str:
     return f"{scheme}://{rest.split('@', 1)[1]}"
 
 
-class _Stream:
-    """One registered stream's live state (owned by the registry's event loop)."""
-
-    def __init__(self, sid: str, spec: StreamCreate, created_at: float, pending: int):
-        self.id, self.spec, self.created_at = sid, spec, created_at
-        self.state: StreamState = "connecting"
-        self.frames = 0
-        self.cut = 0
-        self.answered = 0
-        self.dropped: collections.Counter[str] = collections.Counter()
-        self.alerts = 0
-        self.reconnects = 0
-        self.last_error: str | None = None
-        self.latency_ms = Percentiles()
-        self.freshness_s = Percentiles()
-        self.last_answer: LastAnswer | None = None
-        self.queue: NewestWinsQueue[ReadyWindow] = NewestWinsQueue(pending)
-        self.reader: CameraReader | None = None
-        self.task: asyncio.Task[None] | None = None
-        self.reserved_bytes = 0  # frame memory reserved (streams.max_frame_memory_bytes); 0 for a failed stream
-        skip = spec.skip_unchanged
-        self.quiet = None if skip is None else QuietScenePolicy(skip.threshold, skip.max_skip_s)
-        self.skipped = 0
-        # sent windows' (end_s, last grid) until answered (the reference moves) or dropped; at most pending + 2
-        self.sent_refs: dict[int, tuple[float, Any]] = {}
-
-
-class StreamRegistry:
+class StreamRegistry(WindowAnswering):
     """Every stream of this worker (see the module docstring).
 
     Args:
@@ -144,10 +83,10 @@ class StreamRegistry:
         self.prepare: Prepare = prepare or (lambda clip: clip)
         self.release_memory = release_memory
         self.store = store
-        self.metrics = metrics or _NoMetrics()
+        self.metrics = metrics or NoMetrics()
         self.webhooks = webhooks
         self.events = EventLog(config.streams.event_history, first_id=int(time.time() * 1000) * 1000)
-        self.streams: dict[str, _Stream] = {}
+        self.streams: dict[str, LiveStream] = {}
         self.loop: asyncio.AbstractEventLoop | None = None
 
     # ------------------------------------------------------------------ lifecycle
@@ -218,7 +157,7 @@ class StreamRegistry:
         return self.status(sid)
 
     def _start_failed(self, sid: str, spec: StreamCreate, created: float, reason: str) -> None:
-        st = _Stream(sid, spec, created, self.config.streams.pending_windows)
+        st = LiveStream(sid, spec, created, self.config.streams.pending_windows)
         st.state, st.last_error = "failed", reason
         self.streams[sid] = st
         self._event(
@@ -229,7 +168,7 @@ class StreamRegistry:
 
     def _start(self, sid: str, spec: StreamCreate, created: float, reserved_bytes: int) -> None:
         self.loop = asyncio.get_running_loop()
-        st = _Stream(sid, spec, created, self.config.streams.pending_windows)
+        st = LiveStream(sid, spec, created, self.config.streams.pending_windows)
         st.reserved_bytes = reserved_bytes
         self.streams[sid] = st
         self._event(
@@ -270,7 +209,7 @@ class StreamRegistry:
         if self.release_memory is not None:
             await asyncio.to_thread(self.release_memory)
 
-    async def _stop(self, st: _Stream) -> None:
+    async def _stop(self, st: LiveStream) -> None:
         if st.reader is not None:
             st.reader.stop()
         if st.task is not None:
@@ -289,7 +228,7 @@ class StreamRegistry:
 
     # ------------------------------------------------------------------ reads
 
-    def _get(self, sid: str) -> _Stream:
+    def _get(self, sid: str) -> LiveStream:
         st = self.streams.get(sid)
         if st is None:
             raise NotFoundError("no stream with this id (see GET /v1/streams)", param="id")
@@ -345,7 +284,7 @@ class StreamRegistry:
     def _event(self, event: StreamEvent) -> None:
         self.events.append(event)
 
-    def _state(self, st: _Stream, state: StreamState, error: str | None) -> None:
+    def _state(self, st: LiveStream, state: StreamState, error: str | None) -> None:
         if st.id not in self.streams:
             return
         if state == "reconnecting":
@@ -365,7 +304,7 @@ class StreamRegistry:
                 )
             )
 
-    def _window(self, st: _Stream, w: ReadyWindow) -> None:
+    def _window(self, st: LiveStream, w: ReadyWindow) -> None:
         if st.id not in self.streams:
             return
         st.cut += 1
@@ -381,7 +320,7 @@ class StreamRegistry:
             st.sent_refs.pop(dropped.window.index, None)
             self._drop(st, "model_behind")
 
-    def _skip(self, st: _Stream, w: ReadyWindow, decision: SkipDecision) -> None:
+    def _skip(self, st: LiveStream, w: ReadyWindow, decision: SkipDecision) -> None:
         """A window not sent to the model (nothing changed): counted, and said in a ``skipped`` event."""
         st.skipped += 1
         self.metrics.window(st.id, "skipped")
@@ -406,204 +345,4 @@ class StreamRegistry:
                 f"(change {decision.change.score:.4f} < threshold {st.quiet.threshold})",
             )
         )
-
-    def _drop(self, st: _Stream, reason: str) -> None:
-        st.dropped[reason] += 1
-        self.metrics.window(st.id, "dropped_" + reason)
-
-    # ------------------------------------------------------------------ answering
-
-    async def _answer_loop(self, st: _Stream) -> None:
-        while True:
-            w = await st.queue.get()
-            try:
-                await self._answer(st, w)
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # noqa: BLE001 - logged with its traceback (rate-limited), the window dropped
-                LOG_LIMIT.log(logger, logging.ERROR, f"stream {st.id} window", "stream %s: window %d failed",
-                              st.id, w.window.index, exc_info=True)
-                self._drop(st, "model_error")
-            finally:
-                st.sent_refs.pop(w.window.index, None)  # answered or not, this window is done with
-
-    async def _answer(self, st: _Stream, w: ReadyWindow) -> None:
-        """Asks every question of the stream about window ``w``; the first question's answer is the window's.
-
-        Several questions share the clip: one server-made ``clip_id`` per window (a random hex
-        string, never shared with another window or stream), so the engine keys its caches by it;
-        the first question goes alone, the others once its first token came (its prefill done: the
-        vision encoding and the video's prompt prefix are cached for them, and they decode
-        alongside it). A question that fails counts a dropped window by reason; when the first one
-        fails the others are not asked.
-        """
-        spec = st.spec
-        # The held frames become the model's input once per window (every question sends the same), off the loop.
-        clip = await asyncio.to_thread(lambda: self.prepare(w.clip()))
-        clip_id = uuid.uuid4().hex if len(spec.questions) > 1 else None
-        prefilled = asyncio.Event()
-        first = asyncio.ensure_future(self._ask_one(st, w, clip, 0, clip_id, prefilled.set))
-        tasks: list[asyncio.Future[Any]] = [first]
-        try:
-            if len(spec.questions) > 1:
-                waiter = asyncio.ensure_future(prefilled.wait())
-                tasks.append(waiter)
-                await asyncio.wait({first, waiter}, return_when=asyncio.FIRST_COMPLETED)
-                if not (first.done() and not first.result()):  # the first did not fail before its first token
-                    tasks += [asyncio.ensure_future(self._ask_one(st, w, clip, qi, clip_id, None))
-                              for qi in range(1, len(spec.questions))]  # fmt: skip
-            answered = await first
-            await asyncio.gather(*tasks[2:])
-        finally:
-            for task in tasks:  # the stream was deleted (cancelled) or a question is left: none outlives the window
-                task.cancel()
-        if answered:
-            st.answered += 1
-            self.metrics.window(st.id, "answered")
-            ref = st.sent_refs.get(w.window.index)
-            if st.quiet is not None and ref is not None:
-                st.quiet.answered(w.window.index, ref[0], ref[1])  # the answered picture is the new reference
-
-    async def _ask_one(
-        self, st: _Stream, w: ReadyWindow, clip: DecodedClip, qi: int, clip_id: str | None,
-        on_first: Callable[[], None] | None,
-    ) -> bool:
-        """Asks question ``qi`` about the window's clip and emits its answer (and, for the first
-        question, the stream's last answer and alert); False when it failed (counted as dropped)."""
-        spec, cfg = st.spec, self.config
-        model = cfg.model
-        win = w.window
-        question = spec.questions[qi]
-        sampling = SamplingOptions(
-            max_tokens=spec.max_tokens or model.sampling.max_tokens,
-            temperature=model.sampling.temperature,
-            top_p=model.sampling.top_p,
-            repetition_penalty=model.sampling.repetition_penalty,
-            ignore_eos=spec.ignore_eos,
-        )
-        rid = f"{st.id}-w{win.index}-q{qi}"
-        t0 = time.time()
-        try:
-            chunks = self.ask(ClipQuestion(rid, question, sampling, clip_id=clip_id), clip)
-            info, text, done = await self._collect(chunks, on_first)
-        except Exception as e:  # noqa: BLE001 - classified: refused/unavailable vs failed
-            err = error_value(client_error(e, rid, cfg.limits.retry_after_s))
-            self._drop(st, "model_busy" if err.status == 503 else "model_error")
-            st.last_error = f"model: {err.message}"
-            return False
-        if isinstance(info, ErrorInfo):
-            self._drop(st, "model_busy" if info.status == 503 else "model_error")
-            st.last_error = f"model: {info.message}"
-            return False
-        assert done is not None  # _collect returns a ClipInfo only with its Done
-        now = time.time()
-        parts = split_reasoning(text)
-        answer = parts.answer if parts.answer is not None else text
-        latency_ms = (now - getattr(w, "handed_at", t0)) * 1000
-        fresh_s = now - win.wall_end
-        ev = AnswerEvent(
-            id=self.events.next_id(),
-            stream_id=st.id,
-            time=now,
-            window_index=win.index,
-            question_index=qi,
-            question=question,
-            window=WindowTimes(
-                start_s=round(win.start_s, 3), end_s=round(win.end_s, 3),
-                wall_start=win.wall_start, wall_end=win.wall_end,
-            ),
-            frames=len(win.times_s),
-            answer=answer,
-            reasoning=parts.reasoning,
-            finish_reason=done.finish_reason,
-            timings=AnswerTimings(
-                decode_ms=round(w.decode_ms, 1),
-                queue_ms=done.queue_ms,
-                model_ms=done.model_ms,
-                ttft_ms=done.ttft_ms,
-                latency_ms=round(latency_ms, 1),
-                freshness_s=round(fresh_s, 3),
-            ),
-            usage=AnswerUsage(
-                prompt_tokens=done.prompt_tokens,
-                completion_tokens=done.completion_tokens,
-                video_tokens=info.video_tokens,
-            ),
-            model=info.model,
-            random_weights=info.random_weights,
-            note=RANDOM_WEIGHTS_NOTE if info.random_weights else parts.note(),
-            windows_dropped=sum(st.dropped.values()),
-        )
-        self._event(ev)
-        if qi == 0:
-            await self._first_answer(st, w, ev, latency_ms, fresh_s)
-        return True
-
-    async def _first_answer(self, st: _Stream, w: ReadyWindow, ev: AnswerEvent, latency_ms: float,
-                            fresh_s: float) -> None:
-        """The window's answer (its first question's): latency, last answer, stored history, alert."""
-        spec = st.spec
-        st.latency_ms.add(latency_ms)
-        st.freshness_s.add(fresh_s)
-        self.metrics.freshness(st.id, fresh_s)
-        st.last_answer = LastAnswer(
-            event_id=ev.id,
-            window_index=ev.window_index,
-            answer=ev.answer,
-            reasoning=ev.reasoning,
-            answered_at=ev.time,
-            random_weights=ev.random_weights,
-        )
-        await asyncio.to_thread(self.store.add_answer, st.id, ev.id, ev.model_dump_json(), w.thumbnail)
-        if spec.alert is not None:
-            hits = spec.alert.matches(ev.answer)
-            if hits:
-                st.alerts += 1
-                alert = AlertEvent(
-                    id=self.events.next_id(),
-                    stream_id=st.id,
-                    time=ev.time,
-                    window_index=ev.window_index,
-                    answer_event_id=ev.id,
-                    matched=hits,
-                    answer=ev.answer,
-                    random_weights=ev.random_weights,
-                )
-                self._event(alert)
-                if spec.webhook and self.webhooks is not None:
-                    self.webhooks.send(spec.webhook, alert, st.id)
-
-    @staticmethod
-    async def _collect(
-        chunks: AsyncIterator[ModelChunk], on_first: Callable[[], None] | None = None
-    ) -> tuple[ClipInfo | ErrorInfo, str, Done | None]:
-        """``(ClipInfo, text, Done)`` from a model stream, or ``(ErrorInfo, "", None)``;
-        ``on_first`` is called at the first token (or the final chunk, whichever comes first).
-
-        The stream is read to its end, past its final chunk (Done or ErrorInfo), so the model
-        replica's call returns by itself and Serve logs and counts it (see :class:`serve_app.http.pipeline.ClipRun`).
-        """
-        info: ClipInfo | None = None
-        parts: list[str] = []
-        final: Done | ErrorInfo | None = None
-        async for chunk in chunks:  # to the end: no return at the final chunk
-            if final is not None:
-                LOG_LIMIT.log(logger, logging.WARNING, "model stream extra chunk",
-                              "model stream sent %s after its final chunk; dropped", type(chunk).__name__)
-            elif isinstance(chunk, ClipInfo):
-                info = chunk
-            elif isinstance(chunk, Delta):
-                parts.append(chunk.text)
-            else:
-                final = chunk
-            if on_first is not None and (final is not None or parts):
-                on_first()
-                on_first = None
-        if isinstance(final, ErrorInfo):
-            return final, "", None
-        if final is None:
-            raise RuntimeError("model stream ended without a Done chunk")
-        if info is None:
-            raise RuntimeError("model stream ended without a ClipInfo")
-        return info, "".join(parts), final
 
