@@ -179,8 +179,3 @@ MUTATIONS: dict[str, tuple[str, Callable[[bytes], bytes]]] = {
         lambda d: _remux(d, "mp4", bsf="h264_metadata=crop_right=16:crop_bottom=24")),
     "display_rotation_90": ("MP4 display matrix: rotate 90° clockwise", lambda d: _remux(d, "mp4", rotation_ccw=-90)),
 }  # fmt: skip
-
-
-def mutate(data: bytes) -> dict[str, tuple[str, bytes]]:
-    """Every mutation of ``data``: name → (description, bytes)."""
-    return {name: (desc, fn(data)) for name, (desc, fn) in MUTATIONS.items()}

@@ -25,9 +25,6 @@ from typing import Any
 
 from loadtest import statistics as stats
 from loadtest.traffic import batch_json
-from serve_app.config import DecodeConfig, LimitsConfig
-from serve_app.decode.clip import DecodedClip, decode_clip
-from serve_app.decode.sampling import FrameSampling
 from serve_app.model_facts import DEFAULT_SYSTEM_PROMPT
 
 QUESTION = "Is anyone in this scene in danger? Answer with reasoning."
@@ -89,12 +86,6 @@ def split_run(files: list, single: int, inflight: int, warm_burst: int = 0) -> R
         single=files[1 : 1 + single],
         batch=files[1 + single : 1 + single + inflight],
     )
-
-
-def decode_window(w: Window) -> DecodedClip:
-    """Decodes one window with the project's decoder (4 fps, Cosmos pixel budget)."""
-    return decode_clip(w.clip, FrameSampling(fps=4.0, max_frames=128, start_s=w.start_s, end_s=w.end_s),
-                       DecodeConfig(), LimitsConfig())
 
 
 def summary(latencies_s: list[float]) -> dict:

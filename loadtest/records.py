@@ -25,8 +25,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-#: Error kinds (``RequestRecord.error_kind``).
-ERROR_KINDS = ("http", "stream", "timeout", "connect", "protocol", "unfinished")
 #: Error kinds where the answer may still be coming: their freshness is a lower bound.
 CENSORED_KINDS = ("timeout", "unfinished")
 
@@ -48,7 +46,7 @@ class RequestRecord:
         done_s: response fully received (s); None if it never finished.
         stopped_s: when the run gave up on an unfinished request (s).
         status: HTTP status (0: no response).
-        error_kind: None (success) or one of :data:`ERROR_KINDS`.
+        error_kind: None (success), ``http``, ``stream``, ``timeout``, ``connect``, ``protocol`` or ``unfinished``.
         error_type, error_message: the server's ``error.type``/``message`` or the client exception.
         request_id: the server's ``X-Request-Id``.
         decode_ms, queue_ms, model_ms, server_ttft_ms, server_total_ms: the response's ``timings``.

@@ -24,6 +24,7 @@ from serve_app.cameras.protocol import (
     AnswerEvent,
     AnswerTimings,
     AnswerUsage,
+    DropReason,
     LastAnswer,
     StreamCreate,
     StreamEvent,
@@ -117,7 +118,7 @@ class WindowAnswering:
     def _event(self, event: StreamEvent) -> None:
         raise NotImplementedError
 
-    def _drop(self, st: LiveStream, reason: str) -> None:
+    def _drop(self, st: LiveStream, reason: DropReason) -> None:
         st.dropped[reason] += 1
         self.metrics.window(st.id, "dropped_" + reason)
 

@@ -40,7 +40,6 @@ class RtspRelay:
     Attributes:
         port: the relay's own port on ``127.0.0.1`` (FFmpeg's URL uses it).
         redirect: the ``Location`` of a refused 3xx answer ("" when it had none), or None.
-        upstream_connected: whether the relay reached the camera.
         upstream_error: why it could not (e.g. ``ConnectionRefusedError``), or None.
 
     Use as a context manager; :meth:`close` ends the session.
@@ -56,7 +55,6 @@ class RtspRelay:
         self.address, self.upstream_port = address, port
         self.connect_timeout_s = connect_timeout_s
         self.redirect: str | None = None
-        self.upstream_connected = False
         self.upstream_error: OSError | None = None
         self._listen = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._listen.bind(("127.0.0.1", 0))
@@ -96,7 +94,6 @@ class RtspRelay:
             self.close()
             return
         self._socks.append(upstream)
-        self.upstream_connected = True
         # Blocking sends with a limit (a peer that stops reading ends the session); reads only
         # after the selector says data is there.
         client.settimeout(self.connect_timeout_s)

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from fake_camera import FakeCamera
 
+from serve_app.testing.fake_camera import FakeCamera
 from serve_app.testing.local_serve import cpu_args, deploy
 from serve_app.testing.ports import udp_port_taken
 

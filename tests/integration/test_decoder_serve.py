@@ -13,8 +13,8 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import numpy as np
 import pytest
-from fake_camera import FakeCamera
 
+from serve_app.testing.fake_camera import FakeCamera
 from serve_app.testing.local_serve import DATA, cpu_app_args, deploy
 
 APP, PREFIX = "decode-tier", "/decode-tier"

@@ -10,12 +10,12 @@ import time
 import numpy as np
 import pytest
 from clipgen import read_code
-from fake_camera import FakeCamera
 
 from serve_app.config import DecodeConfig, LimitsConfig, SourcesConfig
 from serve_app.decode.capture import capture_rtsp
 from serve_app.decode.sampling import FrameSampling
 from serve_app.errors import ForbiddenSourceError, PayloadTooLargeError, UnprocessableClipError, UpstreamTimeoutError
+from serve_app.testing.fake_camera import FakeCamera
 
 OPEN_S, READ_S = 2.0, 1.0
 CFG = SourcesConfig(allow_private_networks=True, rtsp_open_timeout_s=OPEN_S, rtsp_read_timeout_s=READ_S)

@@ -71,7 +71,6 @@ class TransformersEngine(Engine):
         self.config = config
         self._lock = asyncio.Semaphore(config.max_concurrent_requests)
         self._cancel: dict[str, threading.Event] = {}
-        self._dead: str | None = None
         self.model: Any = None  # Qwen2_5_VLForConditionalGeneration once loaded
         self.processor: Any = None  # its AutoProcessor once loaded
 
@@ -167,8 +166,6 @@ class TransformersEngine(Engine):
         transformers' ``AsyncTextIteratorStreamer`` (:class:`TokenCountingStreamer`). A consumer
         that stops iterating stops the generation at its next token.
         """
-        if self._dead:
-            raise EngineDeadError(self._dead)
         t_arrive = time.perf_counter()
         loop = asyncio.get_running_loop()
         cancel = threading.Event()
@@ -217,6 +214,6 @@ class TransformersEngine(Engine):
         return len(self._cancel)
 
     async def check_health(self) -> None:
-        """Raises :class:`EngineDeadError` if the model is not loaded or marked dead."""
-        if self._dead or self.model is None:
-            raise EngineDeadError(self._dead or "model not loaded")
+        """Raises :class:`EngineDeadError` if the model is not loaded."""
+        if self.model is None:
+            raise EngineDeadError("model not loaded")

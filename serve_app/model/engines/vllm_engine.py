@@ -40,7 +40,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-_FINISH = {"stop": "stop", "length": "length", "abort": "abort"}
 
 #: Environment variable naming a JSON-lines file: when set, every request's stage timings
 #: (preprocessing wait and run, engine queue, prefill, decode) are appended there. Used by
@@ -380,7 +379,7 @@ class VLLMEngine(Engine):
                     chunk.queue_ms = max(0.0, (m.scheduled_ts - m.queued_ts) * 1000)
                 if out.finished:
                     chunk.finished = True
-                    chunk.finish_reason = _FINISH.get(comp.finish_reason or "stop", comp.finish_reason)
+                    chunk.finish_reason = comp.finish_reason or "stop"  # vLLM's own: stop, length, abort
                 yield chunk
         except VLLMDead as e:
             raise EngineDeadError(str(e)) from e
