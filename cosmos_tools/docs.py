@@ -43,7 +43,7 @@ MAX_DEFAULT_CHARS = 60
 API_MODELS: tuple[tuple[str, tuple[type[BaseModel], ...]], ...] = (
     (
         "`POST /v1/video/query`",
-        (api.QueryRequest, api.QueryResponse, api.QueryUsage, api.QueryTimings),
+        (api.QueryRequest, api.QueryResponse, api.QueryAnswer, api.QueryUsage, api.QueryTimings),
     ),
     (
         "`POST /v1/video/query` with `stream: true` (server-sent events)",

@@ -89,6 +89,9 @@ class LimitsConfig(_Model):
     max_source_height: int = Field(4320, gt=0, description="Tallest accepted source frame, in pixels (8K UHD).")
     max_frames: int = Field(512, ge=2, description="Largest `max_frames` a request may ask for.")
     max_question_chars: int = Field(8000, gt=0, description="Longest accepted question, in characters.")
+    max_questions: int = Field(
+        8, ge=1, le=64, description="Most questions one /v1/video/query request may ask about its clip (questions)."
+    )
     max_tokens: int = Field(8192, gt=0, description="Largest `max_tokens` a request may ask for.")
     request_timeout_s: float = Field(600.0, gt=0, description="Total time a request may take, in seconds.")
     retry_after_s: int = Field(

@@ -24,7 +24,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from serve_app.config import AppConfig
 from serve_app.errors import ErrorInfo, ServeAppError, error_body, error_value
 from serve_app.http.guards import mark_pipeline_full
-from serve_app.http.pipeline import ClipRun, causes, client_error, start_run
+from serve_app.http.pipeline import ClipRun, ask_again, causes, client_error, start_run
 from serve_app.http.query.protocol import ClipQueryFields, frame_sampling_for, sampling_options
 from serve_app.http.request_id import header_text, request_id_of
 from serve_app.http.sse import StreamEncoder, sse_stream
@@ -132,12 +132,14 @@ class RouteRunner:
         system_prompt: str | None = None,
         history: tuple[Turn, ...] = (),
         stop: tuple[str, ...] = (),
+        clip_id: str | None = None,
     ) -> ClipRun:
         """Starts the request's run (see :func:`serve_app.http.pipeline.start_run`) under ``limits.request_timeout_s``
         counted from ``ctx.t0``, with the config's defaults filled into ``fields``.
 
         ``system_prompt`` (None: the configured one), ``history`` (later turns of a conversation about
-        the clip) and ``stop`` (stop strings) are the chat route's; see :class:`serve_app.protocol.ClipQuestion`.
+        the clip) and ``stop`` (stop strings) are the chat route's; ``clip_id`` the shared identity of a
+        clip asked several questions; see :class:`serve_app.protocol.ClipQuestion`.
         """
         cfg = self.config
         remaining_s = cfg.limits.request_timeout_s - (time.perf_counter() - ctx.t0)
@@ -147,9 +149,17 @@ class RouteRunner:
             self.model,
             source=source,
             sample=frame_sampling_for(fields, cfg),
-            question=ClipQuestion(ctx.request_id, question, sampling, system_prompt=system_prompt, history=history),
+            question=ClipQuestion(ctx.request_id, question, sampling, system_prompt=system_prompt, history=history,
+                                  clip_id=clip_id),
             deadline=asyncio.get_running_loop().time() + remaining_s,
         )
+
+    async def ask_again(
+        self, ctx: RequestContext, run: ClipRun, question: str, fields: ClipQueryFields, clip_id: str
+    ) -> ClipRun:
+        """Asks one more question about ``run``'s clip (see :func:`serve_app.http.pipeline.ask_again`)."""
+        sampling = sampling_options(fields, self.config)
+        return await ask_again(self.model, run, ClipQuestion(ctx.request_id, question, sampling, clip_id=clip_id))
 
     def stream(self, route: str, ctx: RequestContext, run: ClipRun, encoder: StreamEncoder) -> StreamingResponse:
         """``run`` as server-sent events (:func:`serve_app.http.sse.sse_stream`), errors counted for ``route``."""
@@ -160,6 +170,14 @@ class RouteRunner:
             count_error=lambda error_type: self.metrics.error(route, error_type),
         )
         return StreamingResponse(events, media_type="text/event-stream")
+
+    @staticmethod
+    async def collect_signalling(run: ClipRun, on_first: Callable[[], None]) -> tuple[str, Done]:
+        """:meth:`collect`, calling ``on_first`` at the first token (see :meth:`ClipRun.collect`)."""
+        try:
+            return await run.collect(on_first)
+        finally:
+            run.cancel()
 
     @staticmethod
     async def collect(run: ClipRun) -> tuple[str, Done]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from ray.exceptions import RayActorError, RayTaskError
@@ -46,11 +46,14 @@ class ClipRun:
     Attributes:
         info: what the model received (the first chunk).
         deadline: the request's deadline, in the event loop's clock (seconds).
+        decoded: the decoded clip's ``ObjectRef`` (more questions about the same clip go with it:
+            :func:`ask_again`), or None.
     """
 
-    def __init__(self, info: ClipInfo, stream: Any, deadline: float):
+    def __init__(self, info: ClipInfo, stream: Any, deadline: float, decoded: Any = None):
         self.info = info
         self.deadline = deadline
+        self.decoded = decoded
         self._stream = stream
 
     async def chunks(self) -> AsyncIterator[Delta | Done | ErrorInfo]:
@@ -84,8 +87,9 @@ class ClipRun:
             final = isinstance(chunk, Done | ErrorInfo)
             yield chunk
 
-    async def collect(self) -> tuple[str, Done]:
-        """The whole answer text and the :class:`Done` chunk, once the stream has ended (see the class docstring).
+    async def collect(self, on_first: Callable[[], None] | None = None) -> tuple[str, Done]:
+        """The whole answer text and the :class:`Done` chunk, once the stream has ended (see the class docstring);
+        ``on_first`` is called at the first token (or the final chunk, whichever comes first).
 
         Raises:
             ServeAppError: the model's error value, raised.
@@ -98,6 +102,9 @@ class ClipRun:
                 parts.append(chunk.text)
             else:
                 final = chunk
+            if on_first is not None:
+                on_first()
+                on_first = None
         if isinstance(final, ErrorInfo):
             final.raise_()
         if final is None:
@@ -155,7 +162,33 @@ async def start_run(
     if not isinstance(first, ClipInfo):
         stream.cancel()
         raise RuntimeError(f"model stream began with {type(first).__name__}, not ClipInfo")
-    return ClipRun(first, stream, deadline)
+    return ClipRun(first, stream, deadline, decoded_ref)
+
+
+async def ask_again(model: Any, run: ClipRun, question: ClipQuestion) -> ClipRun:
+    """Asks ``question`` about the clip ``run`` decoded (no second decode), under ``run``'s deadline.
+
+    ``question.clip_id`` should be the one ``run``'s question carried, so the engine reuses the clip's
+    vision encoding and prompt prefix.
+
+    Raises:
+        ServeAppError, BackPressureError, …: as :func:`start_run` (the call is cancelled on any failure).
+    """
+    stream = None
+    try:
+        async with asyncio.timeout_at(run.deadline):
+            stream = model.options(stream=True).generate.remote(question, run.decoded)
+            first: ModelChunk = await stream.__anext__()
+    except BaseException:
+        if stream is not None:
+            stream.cancel()
+        raise
+    if isinstance(first, ErrorInfo):
+        first.raise_()
+    if not isinstance(first, ClipInfo):
+        stream.cancel()
+        raise RuntimeError(f"model stream began with {type(first).__name__}, not ClipInfo")
+    return ClipRun(first, stream, run.deadline, run.decoded)
 
 
 def client_error(exc: BaseException, request_id: str, retry_after_s: int) -> ServeAppError | ErrorInfo:

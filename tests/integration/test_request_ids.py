@@ -47,3 +47,31 @@ def test_the_same_x_request_id_twice_reaches_the_engine_with_two_server_ids(reco
     for engine_id, media_uuid in seen:
         assert re.fullmatch(r"gen-[0-9a-f]{32}", engine_id) and media_uuid == f"clip-{engine_id}"
         assert CLIENT_ID not in engine_id and CLIENT_ID not in media_uuid
+
+
+def test_the_questions_of_one_query_share_a_server_made_clip_identity(recording_app):
+    body = {"questions": ["a?", "b?", "c?"], "video_path": "dashcam_0p4s.mp4", "max_tokens": 2}
+    responses = [httpx.post(recording_app + "/v1/video/query", json=body, headers={"x-request-id": CLIENT_ID},
+                            timeout=60) for _ in range(2)]  # fmt: skip
+    assert [r.status_code for r in responses] == [200, 200], [r.text for r in responses]
+    media_of_request = []
+    for r in responses:
+        out = r.json()
+        answers = out["answers"]
+        assert [a["question"] for a in answers] == ["a?", "b?", "c?"]
+        assert out["text"] == answers[0]["text"] and out["usage"] == answers[0]["usage"]
+        seen = [tuple(a["text"].split()) for a in answers]  # "<engine id> <media uuid>"
+        engine_ids = {engine_id for engine_id, _ in seen}
+        media = {media_uuid for _, media_uuid in seen}
+        assert len(engine_ids) == 3 and len(media) == 1  # a request per question, one clip identity
+        (uuid,) = media
+        assert re.fullmatch(r"clip-[0-9a-f]{32}", uuid) and uuid not in {f"clip-{e}" for e in engine_ids}
+        assert CLIENT_ID not in uuid
+        media_of_request.append(uuid)
+    assert media_of_request[0] != media_of_request[1]  # never shared across requests
+
+
+def test_one_question_has_no_answers_list(recording_app):
+    r = httpx.post(recording_app + "/v1/video/query", json={"question": "q", "video_path": "dashcam_0p4s.mp4"},
+                   timeout=60)
+    assert r.status_code == 200 and "answers" not in r.json()

@@ -105,6 +105,7 @@ class ChatServing:
         chat, source = openai_api.parse_chat_body(raw, cfg)  # security: frees raw as it goes (issue 13)
         ctx.camera = chat.query.camera_id or ctx.camera
         del raw  # the clip's bytes live on in the source only
+        assert chat.query.question is not None  # the chat route always sets the one question
         try:
             run = await self.runner.start(
                 ctx, source, chat.query.question, chat.query,

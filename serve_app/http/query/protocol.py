@@ -21,7 +21,7 @@ from starlette.exceptions import HTTPException
 from starlette.formparsers import MultiPartException
 from starlette.requests import ClientDisconnect, Request
 
-from serve_app.config import AppConfig
+from serve_app.config import AppConfig, LimitsConfig
 from serve_app.errors import ClientClosedRequestError, InvalidRequestError, PayloadTooLargeError, UnsupportedMediaError
 from serve_app.model.prompt import check_user_text
 from serve_app.model.reasoning import split_reasoning
@@ -184,7 +184,14 @@ class ClipQueryFields(BaseModel):
 class QueryRequest(ClipQueryFields):
     """Fields of a clip query (multipart form fields or JSON keys)."""
 
-    question: str = Field(..., min_length=1, description="The question about the clip.")
+    question: str | None = Field(None, min_length=1, description="The question about the clip.")
+    questions: list[str] | None = Field(
+        None,
+        min_length=1,
+        description="JSON only, instead of question: several questions about the same clip (at most "
+        "limits.max_questions), answered in one response (answers); the clip is decoded once and its "
+        "vision encoding shared. Not with stream.",
+    )
     video_path: str | None = Field(None, description="JSON only: a file under an allowed root.")
     video_url: str | None = Field(
         None,
@@ -214,6 +221,47 @@ def validation_error(e: ValidationError, unknown: str = "unknown field") -> Inva
     return InvalidRequestError(f"{param}: {msg}" if param else msg, param=param)
 
 
+def asked_with_names(q: QueryRequest) -> list[tuple[str, str]]:
+    """The questions of a query with their field names (``question``, or ``questions.0`` …)."""
+    if q.questions is not None:
+        return [(f"questions.{i}", text) for i, text in enumerate(q.questions)]
+    return [("question", q.question or "")]
+
+
+def check_questions(q: QueryRequest, lim: LimitsConfig) -> None:
+    """``question`` or ``questions`` (not both, not neither), each within the limits.
+
+    Raises:
+        InvalidRequestError (400): naming ``question``, ``questions`` or ``questions.N`` and the limit.
+    """
+    if (q.question is None) == (q.questions is None):
+        raise InvalidRequestError(
+            "give question (one question) or questions (a JSON list of them), not both"
+            if q.question is not None
+            else "question is required (or questions: a JSON list of questions about the clip)",
+            param="questions" if q.question is not None else "question",
+        )
+    if q.questions is not None:
+        if len(q.questions) > lim.max_questions:
+            raise InvalidRequestError(
+                f"questions holds {len(q.questions)}; the limit is {lim.max_questions} (limits.max_questions)",
+                param="questions",
+            )
+        if q.stream:
+            raise InvalidRequestError(
+                "stream takes one question: ask questions without stream, or one question per streamed request",
+                param="questions",
+            )
+    for name, text in asked_with_names(q):
+        if not text:
+            raise InvalidRequestError(f"{name} is empty", param=name)
+        if len(text) > lim.max_question_chars:
+            raise InvalidRequestError(
+                f"{name} is {len(text)} characters; the limit is {lim.max_question_chars}", param=name
+            )
+        check_user_text(text, name)
+
+
 def validate_query(fields: dict[str, Any], config: AppConfig) -> QueryRequest:
     """Validates query fields against the schema and the configured limits.
 
@@ -226,11 +274,7 @@ def validate_query(fields: dict[str, Any], config: AppConfig) -> QueryRequest:
     except ValidationError as e:
         raise validation_error(e) from None
     lim = config.limits
-    if len(q.question) > lim.max_question_chars:
-        raise InvalidRequestError(
-            f"question is {len(q.question)} characters; the limit is {lim.max_question_chars}", param="question"
-        )
-    check_user_text(q.question, "question")
+    check_questions(q, lim)
     if q.camera_id is not None and has_control_chars(q.camera_id):
         raise InvalidRequestError("camera_id contains control characters (e.g. a newline)", param="camera_id")
     for name in ("video_url", "video_path"):
@@ -392,6 +436,37 @@ class QueryTimings(BaseModel):
     total_ms: float | None = Field(..., description="Ingress wall time, request in to answer out.")
 
 
+class QueryAnswer(BaseModel):
+    """One question's answer in a ``/v1/video/query`` with ``questions``."""
+
+    question: str = Field(..., description="The question, as asked.")
+    answer: str | None = Field(..., description="The <answer> part of the text, if the model followed the format.")
+    reasoning: str | None = Field(..., description="The <think> part of the text, if any.")
+    format_followed: bool = Field(..., description="True when the text has the <think>/<answer> format.")
+    text: str = Field(..., description="The whole generated text.")
+    finish_reason: str | None = Field(..., description="stop, length or abort (the engine's); null if unknown.")
+    usage: QueryUsage
+
+    @classmethod
+    def build(cls, question: str, info: ClipInfo, text: str, done: Done) -> QueryAnswer:
+        """The answer ``text`` to ``question`` about the clip ``info``, finished with ``done``."""
+        parsed = split_reasoning(text)
+        return cls(
+            question=question,
+            answer=parsed.answer,
+            reasoning=parsed.reasoning,
+            format_followed=parsed.format_followed,
+            text=text,
+            finish_reason=done.finish_reason,
+            usage=QueryUsage(
+                prompt_tokens=done.prompt_tokens,
+                completion_tokens=done.completion_tokens,
+                total_tokens=(done.prompt_tokens or 0) + done.completion_tokens,
+                video_tokens=info.video_tokens,
+            ),
+        )
+
+
 class QueryResponse(BaseModel):
     """The JSON body of a completed ``/v1/video/query`` (``format_note`` and ``note`` only when set)."""
 
@@ -410,11 +485,15 @@ class QueryResponse(BaseModel):
     timings: QueryTimings
     format_note: str | None = Field(None, description="Why the format was not followed (omitted when it was).")
     note: str | None = Field(None, description="The random-weights note (omitted for real weights).")
+    answers: list[QueryAnswer] | None = Field(
+        None, description="With questions: one answer per question, in order (the top-level fields are the "
+        "first one's); omitted for one question."
+    )
 
     @model_serializer(mode="wrap")
     def _omit_unset_notes(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         body: dict[str, Any] = handler(self)
-        for key in ("format_note", "note"):
+        for key in ("format_note", "note", "answers"):
             if body.get(key) is None:
                 body.pop(key, None)
         return body

@@ -10,6 +10,10 @@ Request fields: :class:`serve_app.http.query.protocol.QueryRequest`. A JSON answ
 
 from __future__ import annotations
 
+import asyncio
+import uuid
+from typing import Any
+
 from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import Response
@@ -17,8 +21,17 @@ from starlette.responses import Response
 from serve_app.errors import ErrorEvent, ErrorInfo, error_body
 from serve_app.http.context import RequestContext, RouteRunner, json_response
 from serve_app.http.pipeline import ClipRun
-from serve_app.http.query.protocol import QueryClipEvent, QueryDeltaEvent, QueryDoneEvent, QueryResponse, parse_query
+from serve_app.http.query.protocol import (
+    QueryAnswer,
+    QueryClipEvent,
+    QueryDeltaEvent,
+    QueryDoneEvent,
+    QueryRequest,
+    QueryResponse,
+    parse_query,
+)
 from serve_app.protocol import Delta, Done
+from serve_app.sources.rules import ClipSource
 
 ROUTE = "/v1/video/query"
 
@@ -61,8 +74,49 @@ class QueryServing:
     async def _handle(self, request: Request, ctx: RequestContext) -> Response:
         q, source = await parse_query(request, self.runner.config)
         ctx.camera = q.camera_id or ctx.camera
+        if q.questions is not None:
+            return await self._several(ctx, source, q, q.questions)
+        assert q.question is not None  # validate_query: question or questions
         run = await self.runner.start(ctx, source, q.question, q)
         if q.stream:
             return self.runner.stream(ROUTE, ctx, run, QueryEncoder(ctx, run))
         text, done = await self.runner.collect(run)
         return json_response(QueryResponse.build(ctx.request_id, run.info, text, done, ctx.elapsed_ms()))
+
+    async def _several(
+        self, ctx: RequestContext, source: ClipSource, q: QueryRequest, questions: list[str]
+    ) -> Response:
+        """Several questions about one clip: decoded once, one server-made clip identity shared by the
+        questions (the engine keys its caches by it); the first question goes alone, the others once its
+        first token came (its prefill done: the vision encoding and the video's prompt prefix are cached
+        for them), then they decode alongside it. The top-level fields are the first answer's."""
+        clip_id = uuid.uuid4().hex
+        first = await self.runner.start(ctx, source, questions[0], q, clip_id=clip_id)
+        prefilled = asyncio.Event()
+        tasks: list[asyncio.Future[tuple[str, Done]]] = [
+            asyncio.ensure_future(self.runner.collect_signalling(first, prefilled.set))
+        ]
+        runs = [first]
+        try:
+            waiter: asyncio.Future[Any] = asyncio.ensure_future(prefilled.wait())
+            try:
+                await asyncio.wait({tasks[0], waiter}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                waiter.cancel()
+            if tasks[0].done():
+                tasks[0].result()  # the first question failed before its first token: its error is the response's
+            for text in questions[1:]:
+                run = await self.runner.ask_again(ctx, first, text, q, clip_id)
+                runs.append(run)
+                tasks.append(asyncio.ensure_future(self.runner.collect(run)))
+            results = await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+            for run in runs:
+                run.cancel()
+        text0, done0 = results[0]
+        answers = [QueryAnswer.build(question, first.info, text, done)
+                   for question, (text, done) in zip(questions, results, strict=True)]  # fmt: skip
+        body = QueryResponse.build(ctx.request_id, first.info, text0, done0, ctx.elapsed_ms())
+        return json_response(body.model_copy(update={"answers": answers}))
