@@ -18,7 +18,6 @@ webhook URLs through the same checks as clip sources (:mod:`serve_app.sources.ru
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from importlib import resources
@@ -28,13 +27,16 @@ from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 
-from serve_app.cameras.protocol import EventBatch, StreamCreate, StreamEvent
+from serve_app.cameras.protocol import EventBatch, StreamCreate
 from serve_app.cameras.rules import check_stream_limits
 from serve_app.config import AppConfig
 from serve_app.errors import (
+    ErrorEvent,
     ErrorInfo,
     InvalidRequestError,
+    OverloadedError,
     ServeAppError,
+    error_body,
 )
 from serve_app.http.context import (
     RequestContext,
@@ -42,6 +44,7 @@ from serve_app.http.context import (
     json_response,
 )
 from serve_app.http.query.protocol import parse_json_object, read_body, require_json, validation_error
+from serve_app.http.sse import sse_event
 from serve_app.log_limit import LOG_LIMIT
 from serve_app.sources.rules import check_url, normalize_url, resolve_local_path, url_scheme
 
@@ -102,11 +105,6 @@ def _value(result: Any) -> Any:
     if isinstance(result, ErrorInfo):
         result.raise_()
     return result
-
-
-def sse_frame(event: StreamEvent) -> bytes:
-    """One event as ``id:``, ``event:`` and ``data:`` lines."""
-    return f"id: {event.id}\nevent: {event.type}\ndata: {event.model_dump_json()}\n\n".encode()
 
 
 class StreamsServing:
@@ -194,7 +192,7 @@ class StreamsServing:
             if batch.missed:
                 yield b": some events fell out of the server's history\n\n"
             for e in batch.events:
-                yield sse_frame(e)
+                yield sse_event(e, event=e.type, event_id=e.id)
                 last = e.id
             if not batch.events:
                 yield b": keep-alive\n\n"
@@ -204,14 +202,12 @@ class StreamsServing:
             except Exception as e:  # noqa: BLE001 - the worker replica died or is being replaced
                 LOG_LIMIT.log(logger, logging.INFO, "event stream worker unavailable",
                               "event stream ended: stream worker unavailable (%s)", type(e).__name__)
-                yield (
-                    b'event: error\ndata: {"error": {"type": "overloaded", "message": '
-                    b'"the stream worker is restarting; reconnect with Last-Event-ID", "param": null}}\n\n'
-                )
+                restarting = OverloadedError("the stream worker is restarting; reconnect with Last-Event-ID")
+                yield sse_event(ErrorEvent(error=error_body(restarting).error), event="error")
                 return
             if isinstance(result, ErrorInfo):  # the stream was deleted
-                gone = {"error": {"type": result.type, "message": "stream gone", "param": None}}
-                yield f"event: error\ndata: {json.dumps(gone)}\n\n".encode()
+                gone = ErrorInfo(type=result.type, message="stream gone", status=result.status)
+                yield sse_event(ErrorEvent(error=error_body(gone).error), event="error")
                 return
             batch = result
 

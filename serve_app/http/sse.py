@@ -40,10 +40,13 @@ class StreamEncoder(Protocol):
         """The event for an error inside the stream."""
 
 
-def sse_event(data: BaseModel | str) -> bytes:
-    """One server-sent event: ``data: <json>`` (or a literal such as ``[DONE]``) and a blank line."""
+def sse_event(data: BaseModel | str, *, event: str | None = None, event_id: int | None = None) -> bytes:
+    """One server-sent event, the project's only framer: ``id:`` (``event_id``, for ``Last-Event-ID``) and
+    ``event:`` (the event type) lines when given, then ``data: <json>`` (or a literal such as
+    ``[DONE]``) and a blank line (the WHATWG event-stream format)."""
     payload = data if isinstance(data, str) else data.model_dump_json()
-    return f"data: {payload}\n\n".encode()
+    head = (f"id: {event_id}\n" if event_id is not None else "") + (f"event: {event}\n" if event else "")
+    return f"{head}data: {payload}\n\n".encode()
 
 
 async def sse_stream(
