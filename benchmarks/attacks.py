@@ -267,7 +267,8 @@ def health_step(base: str, cfg: AppConfig, args: argparse.Namespace) -> dict[str
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--steps", default="memory,health", help="comma-separated: memory, health")
+    p.add_argument("--steps", default="memory,health",
+                   help="comma-separated: memory, health (a step named twice runs twice in the same worker)")
     p.add_argument("--config", type=Path, default=ROOT / "configs" / "cpu.yaml")
     p.add_argument("--out-dir", type=Path, default=ROOT / "results" / "cpu" / "attacks")
     p.add_argument("--memory-s", type=float, default=90.0, help="seconds the admitted big-window streams run")
@@ -283,10 +284,14 @@ def main(argv: list[str] | None = None) -> int:
     cfg = AppConfig.model_validate(app)
     with local_serve.running(local_serve.free_port()) as base:
         local_serve.deploy(APP, "/", app)
-        for step in steps:
+        for i, step in enumerate(steps):
             started = datetime.now(UTC).isoformat(timespec="seconds")
             res = {"memory": memory_step, "health": health_step}[step](base, cfg, args)
-            path = write(args.out_dir, step, {"command": command, "step": step, "started": started,
+            # a step named again runs again in the same worker (memory, memory: is what stays after the first
+            # round a once-per-process cost or a leak?) and writes <step>-<n>.json
+            n = steps[: i + 1].count(step)
+            name = step if n == 1 else f"{step}-{n}"
+            path = write(args.out_dir, name, {"command": command, "step": step, "round": n, "started": started,
                                                "config": str(args.config), "machine": machine(), **res})  # fmt: skip
             print(f"== {step}: {path}")
             print(json.dumps({k: v for k, v in res.items() if k not in ("samples", "runs")}, indent=1)[:1500])
