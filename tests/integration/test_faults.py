@@ -4,6 +4,7 @@ the actual recovery times in results/.
 """
 
 import asyncio
+import time
 
 import httpx
 import pytest
@@ -62,21 +63,21 @@ def burst_app(serve_session):
     serve.delete("burst")
 
 
-def normal_traffic(url: str, n: int = 6) -> list[int]:
-    """``n`` sequential short requests; the status of each (0: no answer within 20 s)."""
+def normal_traffic(url: str, n: int = 6, retry_503: bool = False) -> list[int]:
+    """``n`` sequential short requests; the status of each (0: no answer within 20 s).
+
+    With ``retry_503`` a 503 is retried once after its ``Retry-After`` (at most 5 s), as a
+    well-behaved client does: right after a burst is abandoned, the admission slots its requests
+    held come back within moments (Serve cancels them asynchronously), which is not being stuck.
+    """
+    body = {"question": "What happens?", "video_path": "intel_car-detection.mp4", "end_s": 1, "max_tokens": 4}
     out = []
     for _ in range(n):
         try:
-            r = httpx.post(
-                f"{url}/v1/video/query",
-                json={
-                    "question": "What happens?",
-                    "video_path": "intel_car-detection.mp4",
-                    "end_s": 1,
-                    "max_tokens": 4,
-                },
-                timeout=20,
-            )
+            r = httpx.post(f"{url}/v1/video/query", json=body, timeout=20)
+            if retry_503 and r.status_code == 503:
+                time.sleep(min(5.0, float(r.headers.get("retry-after", "1"))))
+                r = httpx.post(f"{url}/v1/video/query", json=body, timeout=20)
             out.append(r.status_code)
         except httpx.TimeoutException:
             out.append(0)
@@ -103,7 +104,7 @@ def test_burst_of_abandoned_requests_leaves_nothing_stuck(burst_app):
     burst = asyncio.run(abandoned_burst(burst_app))
     assert burst.count(0) >= 10, burst  # most were abandoned (the rest: fast 503s, or done in time)
     assert set(burst) <= {0, 200, 503}, burst
-    after = normal_traffic(burst_app)
+    after = normal_traffic(burst_app, retry_503=True)
     # If abandoned generations were still queued in the engine (one at a time, 300 tokens each),
-    # these would wait behind them past their 20-s timeout.
+    # these would wait behind them past their 20-s timeout (0), retry or not.
     assert after.count(200) >= before.count(200), (before, after)
