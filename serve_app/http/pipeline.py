@@ -157,12 +157,17 @@ async def start_run(
         if stream is not None:
             stream.cancel()
         raise
+    return ClipRun(_clip_info(first, stream), stream, deadline, decoded_ref)
+
+
+def _clip_info(first: ModelChunk, stream: Any) -> ClipInfo:
+    """A model stream's first chunk as its :class:`ClipInfo`; an error value is raised, anything else is a bug."""
     if isinstance(first, ErrorInfo):
         first.raise_()
     if not isinstance(first, ClipInfo):
         stream.cancel()
         raise RuntimeError(f"model stream began with {type(first).__name__}, not ClipInfo")
-    return ClipRun(first, stream, deadline, decoded_ref)
+    return first
 
 
 async def ask_again(model: Any, run: ClipRun, question: ClipQuestion) -> ClipRun:
@@ -183,12 +188,7 @@ async def ask_again(model: Any, run: ClipRun, question: ClipQuestion) -> ClipRun
         if stream is not None:
             stream.cancel()
         raise
-    if isinstance(first, ErrorInfo):
-        first.raise_()
-    if not isinstance(first, ClipInfo):
-        stream.cancel()
-        raise RuntimeError(f"model stream began with {type(first).__name__}, not ClipInfo")
-    return ClipRun(first, stream, run.deadline, run.decoded)
+    return ClipRun(_clip_info(first, stream), stream, run.deadline, run.decoded)
 
 
 def client_error(exc: BaseException, request_id: str, retry_after_s: int) -> ServeAppError | ErrorInfo:
