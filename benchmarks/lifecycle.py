@@ -11,6 +11,10 @@ one JSON result with its command. Steps (``--steps``, in order, comma-separated)
 * ``burst``: ``--burst`` distinct 10-s windows at once through ``vllm bench serve`` (vLLM's own client,
   ``/v1/chat/completions``, 256 tokens, ``ignore_eos``); clips/s. Two bursts after a start give the
   first-burst ratio.
+* ``questionsN`` (``questions1``, ``questions3``): ``--burst`` distinct windows at once to
+  ``POST /v1/video/query`` with N questions each (``questions``, 256 tokens each, ``ignore_eos``): windows/s.
+  Run after one ``burst`` so both sides are warm; with ``COSMOS_SERVE_ENGINE_TIMINGS`` set the engine
+  timings show each question's prefix-cache hits (``cached_tokens``).
 * ``kill``: SIGKILL of the model replica's worker while ``--kill-load`` clients keep asking; the time
   to the next answered query, every request's outcome meanwhile, and engine-core processes left.
 * ``stop-sigint`` / ``stop-shutdown`` / ``stop-ray``: Ctrl-C of ``serve run`` (SIGINT to its process
@@ -43,6 +47,12 @@ from serve_app.config import load_serve_config
 #: Windows at the end of --windows-dir that single queries use (bursts use distinct ones from the front,
 #: so no two requests of a burst or of two bursts share a clip).
 QUERY_WINDOWS = 16
+#: The questions of the ``questionsN`` steps (the first N are asked of every window).
+QUESTIONS = (
+    "Is anyone in this scene in danger?",
+    "Describe any unusual activity in this clip.",
+    "How many vehicles move through the scene, and where do they go?",
+)
 #: GPU memory (MiB) under which a GPU counts as idle (the driver's own use is a few hundred MiB).
 IDLE_MIB = 1024
 #: The log lines that mark the model replica's start phases (regex → phase name), in order.
@@ -255,6 +265,50 @@ class Lifecycle:
             res["stderr_tail"] = p.stderr[-1500:]
         return res
 
+    def questions(self, n_questions: int) -> dict[str, Any]:
+        """``--burst`` distinct windows at once to ``POST /v1/video/query``, each with ``n_questions`` questions.
+
+        Every question gets 256 tokens (``ignore_eos``). Returns windows/s and answers/s over the burst's
+        wall time, the requests' statuses, and the completion tokens counted from the responses' usage.
+        The prefix cache's share per question is in the engine timings file (``cached_tokens``).
+        """
+        n = self.args.burst
+        files = sorted(Path(self.args.windows_dir).glob("*.mp4"))
+        offset = self.args.burst_offset
+        self.args.burst_offset += n
+        chosen = [files[(offset + i) % len(files)] for i in range(n)]
+        asked = list(QUESTIONS[:n_questions])
+        statuses: list[int] = []
+        completion = 0
+
+        async def one(client: httpx.AsyncClient, path: Path) -> None:
+            nonlocal completion
+            body = {"video_path": str(path), "questions": asked, "max_tokens": 256, "ignore_eos": True}
+            try:
+                r = await client.post(f"{self.url}/v1/video/query", json=body)
+            except httpx.HTTPError:
+                statuses.append(0)
+                return
+            statuses.append(r.status_code)
+            if r.status_code == 200:
+                j = r.json()
+                for a in j.get("answers") or [j]:
+                    completion += int(a["usage"]["completion_tokens"])
+
+        async def run() -> float:
+            t0 = time.perf_counter()
+            async with httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=n)) as client:
+                await asyncio.gather(*(one(client, p) for p in chosen))
+            return time.perf_counter() - t0
+
+        wall_s = asyncio.run(run())
+        ok = statuses.count(200)
+        return {"windows": n, "questions_per_window": n_questions, "ok": ok,
+                "statuses": {str(k): statuses.count(k) for k in sorted(set(statuses))},
+                "wall_s": round(wall_s, 2), "windows_per_s": round(ok / wall_s, 3),
+                "answers_per_s": round(ok * n_questions / wall_s, 3), "completion_tokens": completion,
+                "first_window": chosen[0].name}
+
     def kill(self) -> dict[str, Any]:
         """SIGKILL of the model replica's worker under load → next answered query (see the module doc)."""
         replicas = [p for p in engine_processes() if "VideoModel" in p["cmd"]]
@@ -385,6 +439,8 @@ def main(argv: list[str] | None = None) -> int:
                 res = run.start()
             elif step == "burst":
                 res = run.burst()
+            elif m := re.fullmatch(r"questions(\d)", step):
+                res = run.questions(int(m.group(1)))
             elif step == "kill":
                 res = run.kill()
             elif step.startswith("stop-"):

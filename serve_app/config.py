@@ -303,6 +303,14 @@ class ModelConfig(_Model):
         "fields; sets engine_args.enable_mm_embeds. "
         "With vision_input `patches` no frames reach the replica and this has no effect.",
     )
+    engine_process: Literal["forkserver", "spawn"] = Field(
+        "forkserver",
+        description="vllm backend: how the engine-core process (the one holding the GPU) is started. "
+        "`forkserver`: forked from a server that imports vLLM while the replica does, so the engine core does "
+        "not import vLLM a second time after the replica (18 s of an 84-s warm start on the H200, "
+        "results/gpu/lifecycle/); `spawn`: vLLM's own choice inside a Ray actor (a fresh interpreter that "
+        "imports vLLM again). Engine arguments with numa_bind always use spawn (vLLM swaps the executable).",
+    )
     compile_cache_dir: str | None = Field(
         None,
         description="vllm backend: directory for vLLM's torch.compile/AOT artifacts, Inductor's and Triton's "

@@ -146,3 +146,28 @@ def test_health_check_passes_on_a_live_engine(gpu_app):
     model = serve.get_deployment_handle("VideoModel", app_name="gpu")
     model.check_health.remote().result()
     assert model.replica_start_s.remote().result() > 0
+
+
+def _proc(pid: int) -> tuple[int, str]:
+    """(parent pid, command line) of a running process, from /proc."""
+    ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    return ppid, cmd
+
+
+def test_the_engine_core_is_forked_from_the_preloaded_fork_server(gpu_app):
+    # model.engine_process: forkserver (the default): the engine core's parent is the fork server, whose
+    # parent is the model replica (serve_app.model.engines.engine_process).
+    cores = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                ppid, cmd = _proc(int(d.name))
+            except (OSError, ValueError, IndexError):
+                continue
+            if "EngineCore" in cmd:
+                cores.append((int(d.name), ppid))
+    assert len(cores) == 1, cores
+    server_ppid, server_cmd = _proc(cores[0][1])
+    assert "multiprocessing.forkserver" in server_cmd
+    assert "VideoModel" in _proc(server_ppid)[1]

@@ -48,3 +48,37 @@ def test_lines_before_the_start_are_ignored():
     p = start_phases(LOG, late, 2026)
     assert "replica_added" not in p["marks_s"] and "vllm_config" not in p["marks_s"]
     assert p["marks_s"]["engine_core_started"] == 25.0
+
+
+def test_the_questions_step_sends_distinct_windows_with_n_questions_and_counts_the_answers(tmp_path, monkeypatch):
+    import argparse
+    import json
+
+    import httpx
+
+    import benchmarks.lifecycle as lc
+
+    for i in range(6):
+        (tmp_path / f"w{i:02d}.mp4").write_bytes(b"")
+    seen: list[dict[str, object]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        seen.append(body)
+        if body["video_path"].endswith("w03.mp4"):
+            return httpx.Response(503, json={"error": {"message": "busy"}})
+        answers = [{"usage": {"completion_tokens": 256}} for _ in body["questions"]]
+        return httpx.Response(200, json={"usage": {"completion_tokens": 256}, "answers": answers})
+
+    real = httpx.AsyncClient
+    monkeypatch.setattr(lc.httpx, "AsyncClient", lambda **kw: real(transport=httpx.MockTransport(handler), **kw))
+    run = object.__new__(lc.Lifecycle)
+    run.args = argparse.Namespace(burst=4, windows_dir=str(tmp_path), burst_offset=1)
+    run.url = "http://127.0.0.1:1"
+    res = run.questions(3)
+    assert sorted(b["video_path"].rsplit("/", 1)[1] for b in seen) == ["w01.mp4", "w02.mp4", "w03.mp4", "w04.mp4"]
+    assert all(b["questions"] == list(lc.QUESTIONS[:3]) and b["ignore_eos"] and b["max_tokens"] == 256 for b in seen)
+    assert res["ok"] == 3 and res["statuses"] == {"200": 3, "503": 1}
+    assert res["completion_tokens"] == 3 * 3 * 256
+    assert abs(res["answers_per_s"] - 3 * res["windows_per_s"]) < 0.01
+    assert run.args.burst_offset == 5  # the next burst takes the next windows

@@ -17,7 +17,9 @@ How it gets into the child: vLLM starts the engine core with ``context.Process(t
 EngineCoreProc.run_engine_core, ...)`` under the ``spawn`` method (``vllm/v1/engine/utils.py``),
 which pickles the target by its qualified name; :func:`install` points that attribute at
 :func:`run_engine_core` here, so the spawned child imports this module and calls it, and it calls
-vLLM's original function. Checked against vLLM 0.24.0.
+vLLM's original function. Under ``model.engine_process: forkserver``
+(:mod:`serve_app.model.engines.engine_process`) the child's parent is the fork server, which exits with
+the replica; :data:`PARENT_ENV` then names the fork server. Checked against vLLM 0.24.0.
 """
 
 from __future__ import annotations

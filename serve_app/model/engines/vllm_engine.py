@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from serve_app.config import ModelConfig
 from serve_app.decode.vision_patches import patchify_fields
 from serve_app.model.checkpoint import ensure_checkpoint, has_random_weights
+from serve_app.model.engines import engine_process
 from serve_app.model.engines.base import Engine, EngineDeadError, GenerationChunk, GenerationRequest
 from serve_app.model.engines.vllm_patches import share_tokenizer_pools
 from serve_app.protocol import SamplingOptions
@@ -237,14 +238,18 @@ def timings_row(
     m: Any,
     n_out: int,
     prompt_tokens: int | None,
+    cached_tokens: int | None = None,
 ) -> dict[str, Any]:
     """One request's stage timings in milliseconds (a row of the :data:`TIMINGS_ENV` file).
 
     ``t_submit`` / ``t_engine``: ``time.perf_counter()`` seconds when the request arrived and when it
     was handed to ``AsyncLLM``; ``stage``: what the preprocessing thread recorded (empty without
-    one); ``m``: vLLM's ``RequestStateStats`` of the last output (engine timestamps in seconds), or None.
+    one); ``m``: vLLM's ``RequestStateStats`` of the last output (engine timestamps in seconds), or None;
+    ``cached_tokens``: the prompt tokens vLLM's prefix cache served (``RequestOutput.num_cached_tokens``).
     """
     row: dict[str, Any] = {"request_id": request_id, "completion_tokens": n_out, "prompt_tokens": prompt_tokens}
+    if cached_tokens is not None:
+        row["cached_tokens"] = cached_tokens
     if stage:
         row["preprocess_wait_ms"] = (stage["thread_start"] - t_submit) * 1000
         row["processor_ms"] = (stage["processed"] - stage["thread_start"]) * 1000
@@ -308,12 +313,17 @@ class VLLMEngine(Engine):
             os.environ.update(compile_cache_env(cache))  # before vLLM's import; the engine core inherits it
         cache_root = os.environ.get("VLLM_CACHE_ROOT", os.path.expanduser("~/.cache/vllm"))
         compile_cache = cache_state(cache_root)
+        forkserver = self.config.engine_process == "forkserver" and not args.get("numa_bind")
+        if forkserver:
+            engine_process.start_server()  # imports vLLM there while this process imports it below
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
         from serve_app.model.engines import engine_watch
 
         engine_watch.install()  # the engine core ends with this replica, however it dies
+        if forkserver:
+            engine_process.install()
         share_tokenizer_pools()  # before AsyncLLM builds its HF processor (the engine core does it too)
         self.phases_s["import"] = time.perf_counter() - t_start
         model = self.config.model_id
@@ -327,9 +337,7 @@ class VLLMEngine(Engine):
             # "torch_shm is known to fail without VLLM_WORKER_MULTIPROC_METHOD set to spawn").
             os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
         self._timings_path = os.environ.get(TIMINGS_ENV)
-        self.random_weights = args.get("load_format") == "dummy" or (
-            Path(model).is_dir() and has_random_weights(model)
-        )
+        self.random_weights = args.get("load_format") == "dummy" or (Path(model).is_dir() and has_random_weights(model))
         t0 = time.perf_counter()
         engine_args = AsyncEngineArgs(model=model, served_model_name=self.config.name, **args)
         self.llm = AsyncLLM.from_engine_args(engine_args)
@@ -338,12 +346,14 @@ class VLLMEngine(Engine):
             self._tasks = await self.llm.get_supported_tasks()
         self.phases_s["engine"] = time.perf_counter() - t0
         logger.info(
-            "vLLM AsyncLLM ready in %.1f s (%s, random weights %s; preflight + vLLM import %.1f s; compile cache %s)",
+            "vLLM AsyncLLM ready in %.1f s (%s, random weights %s; preflight + vLLM import %.1f s; compile cache %s; "
+            "engine core %s)",
             self.phases_s["engine"],
             model,
             self.random_weights,
             self.phases_s["import"],
             compile_cache,
+            "forked from the preloaded fork server" if forkserver else "spawned",
         )
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
@@ -366,11 +376,14 @@ class VLLMEngine(Engine):
         t_engine = time.perf_counter()
         n_out = 0
         prompt_tokens: int | None = None
+        cached_tokens: int | None = None
         m: Any = None  # vLLM's RequestStateStats of the last output
         try:
             async for out in self.llm.generate(engine_input, params, request.request_id, prompt_text=request.prompt):
                 if prompt_tokens is None and out.prompt_token_ids is not None:
                     prompt_tokens = len(out.prompt_token_ids)
+                if out.num_cached_tokens is not None:
+                    cached_tokens = out.num_cached_tokens
                 comp = out.outputs[0]
                 n_out += len(comp.token_ids)
                 chunk = GenerationChunk(text=comp.text, completion_tokens=n_out, prompt_tokens=prompt_tokens)
@@ -385,7 +398,7 @@ class VLLMEngine(Engine):
             raise EngineDeadError(str(e)) from e
         finally:
             if self._timings_path:
-                row = timings_row(request.request_id, t_submit, t_engine, stage, m, n_out, prompt_tokens)
+                row = timings_row(request.request_id, t_submit, t_engine, stage, m, n_out, prompt_tokens, cached_tokens)
                 self._append_timings(self._timings_path, row)
 
     def _process(self, request: GenerationRequest, params: Any, stage: dict[str, float]) -> Any:
