@@ -18,7 +18,8 @@ one JSON result with its command. Steps (``--steps``, in order, comma-separated)
 * ``kill``: SIGKILL of the model replica's worker while ``--kill-load`` clients keep asking; the time
   to the next answered query, every request's outcome meanwhile, and engine-core processes left.
 * ``stop-sigint`` / ``stop-shutdown`` / ``stop-ray``: Ctrl-C of ``serve run`` (SIGINT to its process
-  group, as a terminal sends it), ``serve shutdown -y``, ``ray stop``; then the seconds until the GPU's
+  group, as a terminal sends it), ``serve shutdown -y`` (with ``RAY_AUTH_MODE=token``, as docs/gpu.md says),
+  ``ray stop``; then the seconds until the GPU's
   memory is back to idle and the engine processes left. Whatever a stop leaves is then cleaned up by
   force (and recorded), so the next step starts clean.
 """
@@ -144,12 +145,28 @@ def gpu_name() -> str | None:
 
 
 def engine_processes() -> list[dict[str, Any]]:
-    """Live vLLM engine-core and model-replica processes (``pid``, ``ppid``, ``cmd``)."""
-    ps = subprocess.run(["ps", "-eo", "pid,ppid,args"], capture_output=True, text=True, check=False).stdout
+    """Live vLLM engine-core and model-replica processes (``pid``, ``ppid``, ``cmd``).
+
+    An engine core is recognised by vLLM's title (``VLLM::EngineCore`` in its command line, under ``spawn``) or
+    by its kernel name (``VLLM::EngineCor``: a core forked from the fork server keeps the server's command
+    line; ``serve_app.model.engines.engine_process`` names it); its ``cmd`` then starts with that name.
+    """
+    ps = subprocess.run(["ps", "-eo", "pid,ppid,comm,args"], capture_output=True, text=True, check=False).stdout
+    return parse_ps(ps)
+
+
+def parse_ps(ps: str) -> list[dict[str, Any]]:
+    """The engine-core and model-replica rows of ``ps -eo pid,ppid,comm,args`` output (see
+    :func:`engine_processes`; pure)."""
     out = []
     for row in ps.splitlines()[1:]:
-        pid, ppid, cmd = row.strip().split(None, 2)
-        if "EngineCore" in cmd or ("ServeReplica:" in cmd and "VideoModel" in cmd):
+        parts = row.strip().split(None, 3)
+        if len(parts) < 4:
+            continue
+        pid, ppid, comm, cmd = parts
+        if comm.startswith("VLLM::EngineCor") and "EngineCore" not in cmd:
+            cmd = f"{comm} ({cmd})"
+        if "EngineCor" in cmd or ("ServeReplica:" in cmd and "VideoModel" in cmd):
             out.append({"pid": int(pid), "ppid": int(ppid), "cmd": cmd[:80]})
     return out
 
@@ -312,7 +329,7 @@ class Lifecycle:
     def kill(self) -> dict[str, Any]:
         """SIGKILL of the model replica's worker under load → next answered query (see the module doc)."""
         replicas = [p for p in engine_processes() if "VideoModel" in p["cmd"]]
-        engines_before = [p for p in engine_processes() if "EngineCore" in p["cmd"]]
+        engines_before = [p for p in engine_processes() if "EngineCor" in p["cmd"]]
         if not replicas:
             return {"error": "no VideoModel replica process"}
         outcomes: list[dict[str, Any]] = []
@@ -369,7 +386,11 @@ class Lifecycle:
             os.killpg(self.proc.pid, signal.SIGINT)
         elif how in ("shutdown", "ray"):
             argv = ["serve", "shutdown", "-y"] if how == "shutdown" else ["ray", "stop"]
-            cmd = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            # Ray >= 2.59 starts a local cluster with token authentication and saves the token in
+            # ~/.ray/auth_token, but its CLI sends the token only when RAY_AUTH_MODE=token is set: without it
+            # `serve shutdown` prints a token error, exits 0 and stops nothing (H200 and CPU runs, 2026-12).
+            env = {**os.environ, "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "token")}
+            cmd = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         idle = wait_gpu_idle(self.args.stop_wait_s)
         gpu_idle_s = None if idle is None else round(time.time() - t0, 1)
         out = ""
@@ -382,7 +403,7 @@ class Lifecycle:
         cmd_s = round(time.time() - t0, 1)
         res = {"path": how, "command_s": cmd_s, "gpu_idle_after_s": gpu_idle_s,
                "serve_run_exited": None if self.proc is None else self.proc.poll(),
-               "engine_processes_left": [p for p in engine_processes() if "EngineCore" in p["cmd"]]}
+               "engine_processes_left": [p for p in engine_processes() if "EngineCor" in p["cmd"]]}
         res["ray_processes_left"] = ray_processes()
         if cmd is not None:
             res.update(rc=cmd.returncode, output_tail=out[-600:])

@@ -148,26 +148,27 @@ def test_health_check_passes_on_a_live_engine(gpu_app):
     assert model.replica_start_s.remote().result() > 0
 
 
-def _proc(pid: int) -> tuple[int, str]:
-    """(parent pid, command line) of a running process, from /proc."""
+def _proc(pid: int) -> tuple[int, str, str]:
+    """(parent pid, kernel name, command line) of a running process, from /proc."""
     ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    comm = Path(f"/proc/{pid}/comm").read_text().strip()
     cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    return ppid, cmd
+    return ppid, comm, cmd
 
 
 def test_the_engine_core_is_forked_from_the_preloaded_fork_server(gpu_app):
-    # model.engine_process: forkserver (the default): the engine core's parent is the fork server, whose
-    # parent is the model replica (serve_app.model.engines.engine_process).
+    # model.engine_process: forkserver (the default): the engine core (named VLLM::EngineCor by the kernel)
+    # is a child of the fork server, whose parent is the model replica (serve_app.model.engines.engine_process).
     cores = []
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
             try:
-                ppid, cmd = _proc(int(d.name))
+                ppid, comm, _ = _proc(int(d.name))
             except (OSError, ValueError, IndexError):
                 continue
-            if "EngineCore" in cmd:
+            if comm.startswith("VLLM::EngineCor"):
                 cores.append((int(d.name), ppid))
     assert len(cores) == 1, cores
-    server_ppid, server_cmd = _proc(cores[0][1])
+    server_ppid, _, server_cmd = _proc(cores[0][1])
     assert "multiprocessing.forkserver" in server_cmd
-    assert "VideoModel" in _proc(server_ppid)[1]
+    assert "VideoModel" in _proc(server_ppid)[2]

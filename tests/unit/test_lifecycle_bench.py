@@ -82,3 +82,20 @@ def test_the_questions_step_sends_distinct_windows_with_n_questions_and_counts_t
     assert res["completion_tokens"] == 3 * 3 * 256
     assert abs(res["answers_per_s"] - 3 * res["windows_per_s"]) < 0.01
     assert run.args.burst_offset == 5  # the next burst takes the next windows
+
+
+def test_engine_cores_are_found_by_title_or_by_kernel_name():
+    from benchmarks.lifecycle import parse_ps
+
+    ps = "\n".join([
+        "    PID    PPID COMMAND         COMMAND",
+        "    100       1 ray::ServeRepli ray::ServeReplica:cosmos-video:VideoModel",
+        "    101     100 python3         python3 -B -c from multiprocessing.forkserver import main",
+        "    102     101 VLLM::EngineCor python3 -B -c from multiprocessing.forkserver import main",
+        "    103     100 VLLM::EngineCor VLLM::EngineCore",
+        "    104       1 ray::ServeRepli ray::ServeReplica:cosmos-video:Ingress",
+    ])
+    rows = {r["pid"]: r for r in parse_ps(ps)}
+    assert sorted(rows) == [100, 102, 103]  # the fork server and the ingress are neither
+    assert "EngineCor" in rows[102]["cmd"] and rows[102]["ppid"] == 101
+    assert rows[103]["cmd"] == "VLLM::EngineCore"
