@@ -47,6 +47,25 @@ PY
     # Byte-compile the staged packages in parallel (pip does this on a normal install; the bundle is
     # installed with --no-compile, which would charge the first import of vLLM with it), and cut
     # N distinct 10-s windows of the reference clip into /tmp/xwin (under the lifecycle run's allowed roots).
+    # Wheels shipped in .whl/ (carry it) are installed over the bundle first: a dependency added to
+    # pyproject.toml after the bundle was built (tenacity, 2026-12-02) otherwise fails the app's import.
+    if ls .whl/*.whl >/dev/null 2>&1; then
+      python3 -m pip install -q --no-deps --upgrade --target /root/site .whl/*.whl 2>&1 | grep -v WARNING; fi
+    python3 - <<'PY' || exit 6
+import importlib.metadata as md, re, sys, tomllib
+deps = tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]
+names = [re.split(r"[\[<>=!~; ]", d, maxsplit=1)[0] for d in deps]
+missing = []
+for n in names:
+    try:
+        md.version(n)
+    except md.PackageNotFoundError:
+        missing.append(n)
+if missing:
+    sys.exit(f"prep: missing on this machine: {', '.join(missing)}; build the bundle with them "
+             f"(bash ../shared/gpu/make-bundle.sh {' '.join(missing)}) or ship their wheels in .whl/ (carry .whl)")
+print(f"prep: the project's {len(names)} dependencies are installed")
+PY
     t0=$(date +%s); python3 -m compileall -q -j 16 /root/site >/dev/null 2>&1; echo "prep: byte-compiled in $(( $(date +%s) - t0 )) s"
     python3 - "${1:-80}" <<'PY'
 import sys, av
