@@ -1,8 +1,10 @@
 """The HTTP side of the ingress: one folder per pipeline route, the shared request path, the defences.
 
 * :mod:`.query` and :mod:`.chat`: ``POST /v1/video/query`` and the OpenAI-compatible
-  ``POST /v1/chat/completions``, each a ``protocol`` (request and response shapes) and a ``serving``
-  (the route's work) module;
+  ``POST /v1/chat/completions``, each a ``protocol`` (request and response shapes), a ``parsing`` (the
+  body read into validated fields) and a ``serving`` (the route's work) module; chat's ``video_url``
+  turns a ``video_url`` into a clip source;
+* :mod:`.json_body` (JSON request bodies: size-limited reads, content type, JSON objects, validation 400s);
 * :mod:`.context` (request context, access log, one error mapping), :mod:`.pipeline` (decode, hand-off
   to the model, errors; Ray-free), :mod:`.sse` (the one server-sent-events loop),
   :mod:`.request_id` (the middleware that gives every request its id), :mod:`.error_handlers`;
