@@ -38,25 +38,29 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
-import io
 import itertools
 import json
 import logging
 import os
 import platform
-import resource
 import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import av
 import numpy as np
 
+from benchmarks.cpu_time import child_cpu_s, cpu_summary, own_cpu_s
+from benchmarks.decode_baseline import baseline_comparison
+from benchmarks.decode_bounds import (
+    describe_clip,
+    ip_pictures_changed_without_b,
+    loop_filter_psnr_db,
+    pyav_decode_cpu_s,
+)
 from serve_app.config import DecodeConfig, LimitsConfig
 from serve_app.decode.clip import DecodedClip, decode_clip
 from serve_app.decode.sampling import FrameSampling
@@ -79,9 +83,6 @@ FFMPEG = ["ffmpeg", "-nostdin", "-v", "error", "-threads", "1"]
 GRID_TOLERANCE_S = 0.125
 
 
-#: What a measured call returns.
-R = TypeVar("R")
-
 def find_clip(name: str, dirs: list[Path]) -> Path:
     """The first ``dirs/name`` that exists.
 
@@ -92,108 +93,6 @@ def find_clip(name: str, dirs: list[Path]) -> Path:
         if (d / name).is_file():
             return d / name
     raise FileNotFoundError(f"{name} not found in {', '.join(map(str, dirs))}")
-
-
-def child_cpu_s(cmd: list[str]) -> float:
-    """CPU seconds (user + system) a child process used."""
-    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
-
-
-def own_cpu_s(fn: Callable[[], R]) -> tuple[float, R]:
-    """CPU seconds of this process (all threads) spent in ``fn()``, and its result."""
-    t0 = time.process_time()
-    out = fn()
-    return time.process_time() - t0, out
-
-
-def _open_video(data: bytes, skip_nonref: bool, skip_loop_filter: bool):
-    c = av.open(io.BytesIO(data))
-    s = c.streams.video[0]
-    if skip_loop_filter:
-        s.codec_context.options = {"skip_loop_filter": "all"}  # AVDISCARD_ALL for the deblocking filter
-    s.codec_context.thread_count = 1
-    s.codec_context.thread_type = "SLICE"
-    if skip_nonref:
-        s.codec_context.skip_frame = "NONREF"
-    return c, s
-
-
-def pyav_decode_cpu_s(data: bytes, skip_nonref: bool, skip_loop_filter: bool = False) -> tuple[float, int]:
-    """CPU seconds and frame count of decoding every (or every reference) picture with PyAV, single-threaded.
-
-    ``skip_loop_filter``: FFmpeg's ``skip_loop_filter=all`` (no deblocking; not exact, see
-    :func:`loop_filter_psnr_db`).
-    """
-
-    def run() -> int:
-        c, s = _open_video(data, skip_nonref, skip_loop_filter)
-        with c:
-            return sum(1 for _ in c.decode(s))
-
-    return own_cpu_s(run)
-
-
-def ip_pictures_changed_without_b(data: bytes) -> dict:
-    """I/P pictures whose luma differs from the exact decode when all B pictures are skipped.
-
-    Returns ``{"changed": n, "of": n_ip}``; ``changed > 0`` means P pictures predict from
-    B reference pictures (H.264 B-pyramid), so an exact sampler must decode those too.
-    """
-
-    def luma(skip: str) -> dict:
-        c, s = _open_video(data, False, False)
-        with c:
-            s.codec_context.skip_frame = skip
-            return {f.pts: f.to_ndarray(format="gray") for f in c.decode(s)}
-
-    exact, no_b = luma("DEFAULT"), luma("BIDIR")
-    changed = sum(1 for pts, y in no_b.items() if not np.array_equal(y, exact[pts]))
-    return {"changed": changed, "of": len(no_b)}
-
-
-def loop_filter_psnr_db(data: bytes) -> dict:
-    """Luma PSNR (dB) of the reference pictures decoded without deblocking against the exact decode.
-
-    Returns ``{"min": dB, "median": dB}`` over the pictures (99 dB stands for identical).
-    """
-
-    def luma(skip_loop_filter: bool) -> list[np.ndarray]:
-        c, s = _open_video(data, True, skip_loop_filter)
-        with c:
-            return [f.to_ndarray(format="gray").astype(np.float64) for f in c.decode(s)]
-
-    psnr = []
-    for a, b in zip(luma(False), luma(True), strict=True):
-        mse = float(np.mean((a - b) ** 2))
-        psnr.append(99.0 if mse == 0 else 10 * np.log10(255.0**2 / mse))
-    return {"min": round(min(psnr), 1), "median": round(statistics.median(psnr), 1)}
-
-
-def describe_clip(path: Path) -> dict:
-    """Codec, size, rate, length and picture-type counts of a clip."""
-    with av.open(str(path)) as c:
-        s = c.streams.video[0]
-        types: dict[str, int] = {}
-        for f in c.decode(s):
-            name = {1: "I", 2: "P", 3: "B"}.get(int(f.pict_type), str(int(f.pict_type)))
-            types[name] = types.get(name, 0) + 1
-        return {
-            "codec": s.codec_context.name,
-            "width": s.codec_context.width,
-            "height": s.codec_context.height,
-            "fps": round(float(s.average_rate or 0), 3),
-            "frames": sum(types.values()),
-            "picture_types": types,
-            "audio": bool(c.streams.audio),
-            "bytes": path.stat().st_size,
-        }
-
-
-def _summary(xs: list[float]) -> dict:
-    return {"median": round(statistics.median(xs), 4), "min": round(min(xs), 4), "all": [round(x, 4) for x in xs]}
 
 
 def bench_clip(path: Path, has_b_frames: bool, repeats: int) -> dict:
@@ -234,8 +133,8 @@ def bench_clip(path: Path, has_b_frames: bool, repeats: int) -> dict:
             "strictly_increasing": bool(np.all(np.diff(ts) > 0)),
             "pictures_decoded": clip.decoded_frames,
         },
-        "decoder_cpu_s": _summary(dec_cpu),
-        "ffmpeg_cpu_s": _summary(ff_cpu),
+        "decoder_cpu_s": cpu_summary(dec_cpu),
+        "ffmpeg_cpu_s": cpu_summary(ff_cpu),
         "pyav_full_decode_cpu_s": round(statistics.median(t for t, _ in full), 4),
         "refs_only_decode_cpu_s": round(refs_s, 4),
         "refs_only_pictures": refs[0][1],
@@ -343,67 +242,6 @@ def bad_input_reject_ms(data_dir: Path, repeats: int) -> dict:
                 status = getattr(e, "status", 500)
             times.append((time.perf_counter() - t0) * 1000)
         out[name] = {"status": status, "reject_ms": round(statistics.median(times), 2)}
-    return out
-
-
-def _load_baseline(rev: str, tmp: str):
-    """The decoder module of git revision ``rev`` (``serve_app/decode/clip.py``; ``decoder.py`` at the package's
-    top before the feature packages), imported from a copy renamed ``serve_app_baseline``."""
-    import importlib
-    import re
-
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "serve_app"], check=True,
-                             capture_output=True).stdout  # fmt: skip
-    subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
-    pkg = Path(tmp) / "serve_app_baseline"
-    (Path(tmp) / "serve_app").rename(pkg)
-    for f in pkg.rglob("*.py"):
-        f.write_text(re.sub(r"\bserve_app\b", "serve_app_baseline", f.read_text()))
-    sys.path.insert(0, tmp)
-    # the decoder is decode/clip.py since the feature packages, decoder.py at the package's top before
-    old_layout = (pkg / "decoder.py").exists()
-    return importlib.import_module("serve_app_baseline.decoder" if old_layout else "serve_app_baseline.decode.clip")
-
-
-def baseline_comparison(rev: str, clips: list[Path], repeats: int) -> dict:
-    """The decoder of git revision ``rev`` against the working tree's, call by call in this process.
-
-    Each clip is decoded by both (one warm-up each), then ``repeats`` times alternately
-    (baseline, current, baseline, …), so both see the same machine load even on a shared
-    machine. Returns per clip the medians and ``current / baseline`` in clip-seconds per CPU-second.
-    """
-    import tempfile
-
-    out: dict[str, Any] = {"revision": rev, "repeats": repeats, "clips": []}
-    with tempfile.TemporaryDirectory() as tmp:
-        base = _load_baseline(rev, tmp)
-        # the frame-sampling request class was `SampleRequest` before the rename to `FrameSampling`
-        base_sampling = getattr(base, "FrameSampling", None) or base.SampleRequest
-        for path in clips:
-            data = path.read_bytes()
-            lim = LimitsConfig()
-            runs = {
-                "baseline": functools.partial(
-                    base.decode_clip, data, base_sampling(4.0, lim.max_frames), DecodeConfig(), lim
-                ),
-                "current": functools.partial(
-                    decode_clip, data, FrameSampling(4.0, lim.max_frames), DecodeConfig(), lim
-                ),
-            }
-            samples: dict[str, list[float]] = {"baseline": [], "current": []}
-            duration = runs["current"]().duration_s
-            runs["baseline"]()
-            for _ in range(repeats):
-                for label, fn in runs.items():
-                    samples[label].append(own_cpu_s(fn)[0])
-            b, cur = (statistics.median(samples[k]) for k in ("baseline", "current"))
-            out["clips"].append({
-                "clip": path.name,
-                "baseline_cpu_s": _summary(samples["baseline"]),
-                "current_cpu_s": _summary(samples["current"]),
-                "clip_s_per_cpu_s": {"baseline": round(duration / b, 1), "current": round(duration / cur, 1)},
-                "current_over_baseline": round(b / cur, 3),
-            })  # fmt: skip
     return out
 
 

@@ -37,8 +37,16 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from benchmarks.gpu import BASE_ENGINE_ARGS, decode_file, versions, window_files
-from benchmarks.workload import OUTPUT_TOKENS, QUESTION, SYSTEM_PROMPT, summary
+from benchmarks.gpu_probe import versions
+from benchmarks.workload import (
+    BASE_ENGINE_ARGS,
+    OUTPUT_TOKENS,
+    QUESTION,
+    SYSTEM_PROMPT,
+    decode_file,
+    summary,
+    window_files,
+)
 
 logger = logging.getLogger(__name__)
 

@@ -106,7 +106,7 @@ def vllm_serve_side(
         files: window files (:func:`benchmarks.workload.split_run`): ``files[0]`` warms up, the
             last ``warm_burst`` go at once untimed, then ``single`` one at a time and ``inflight`` at once.
         variants: name → extra request fields (e.g. ``{"mm_processor_kwargs": {"device": "cuda"}}``).
-        result: the bench's ``_result`` function; gpu_memory: its GPU-memory probe.
+        result: the bench's :func:`benchmarks.workload.run_figures`; gpu_memory: its GPU-memory probe.
 
     Returns:
         ``{variant name: side record}`` with the exact command line and one request body.

@@ -11,7 +11,9 @@ Both sides of the GPU benchmark (:mod:`benchmarks.gpu`, :mod:`benchmarks.vllm_se
 very same bytes: each request's 10-s window is cut once, before the run, into its own H.264 MP4
 file (:func:`cut_window_files`: re-encoded, a keyframe at the first frame, exactly the window's
 frames, so no side sees more or less of the clip). Every side sends its requests with
-:func:`send_batch` (the load tester's client) and reads its figures with :func:`batch_figures`.
+:func:`send_batch` (the load tester's client) and reads its figures with :func:`batch_figures` and
+:func:`run_figures`. The run's window files: :func:`window_files`; one decoded by the project's decoder:
+:func:`decode_file`; the engine arguments every side shares: :data:`BASE_ENGINE_ARGS`.
 """
 
 from __future__ import annotations
@@ -31,6 +33,10 @@ QUESTION = "Is anyone in this scene in danger? Answer with reasoning."
 SYSTEM_PROMPT = DEFAULT_SYSTEM_PROMPT
 WINDOW_S = 10.0
 OUTPUT_TOKENS = 256
+
+#: Engine arguments every side shares: the dummy checkpoint in bf16. Anything
+#: else is vLLM's default on the plain sides and the Serve config's on ours.
+BASE_ENGINE_ARGS = {"load_format": "dummy", "dtype": "bfloat16"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,3 +152,38 @@ def batch_figures(recs: list) -> tuple[float, int, list[float], list[float]]:
     ttft = [float("nan") if r.first_token_s is None else r.first_token_s - t0 for r in recs]
     e2e = [r.done_s - t0 for r in recs]
     return max(e2e), sum(r.completion_tokens or 0 for r in recs), ttft, e2e
+
+
+def run_figures(name: str, wall_s: float, n: int, out_tokens: int, ttft: list[float], e2e: list[float]) -> dict:
+    """The figures of one timed run of ``n`` clips: clips/s, output tokens/s, TTFT and end-to-end summaries."""
+    return {
+        "clips": n,
+        "wall_s": round(wall_s, 3),
+        "clips_per_s": round(n / wall_s, 4),
+        "output_tokens_per_s": round(out_tokens / wall_s, 1),
+        "ttft_s": summary(ttft),
+        "e2e_s": summary(e2e),
+    }
+
+
+def window_files(args) -> list[Path]:
+    """The run's window files (cut once; reused when ``--windows-dir`` already holds them)."""
+    import av
+
+    n = args.window_count or 1 + args.single + args.inflight
+    out = Path(args.windows_dir)
+    files = [out / f"win-{i:03d}.mp4" for i in range(n)]
+    if all(f.exists() for f in files):
+        return files
+    with av.open(args.clip) as c:
+        duration = c.duration / 1e6
+    return cut_window_files(windows(Path(args.clip).resolve(), n, duration), out)
+
+
+def decode_file(path: Path):
+    """Decodes one whole window file with the project's decoder (4 fps, Cosmos pixel budget)."""
+    from serve_app.config import DecodeConfig, LimitsConfig
+    from serve_app.decode.clip import decode_clip
+    from serve_app.decode.sampling import FrameSampling
+
+    return decode_clip(path, FrameSampling(fps=4.0, max_frames=128), DecodeConfig(), LimitsConfig())

@@ -1,7 +1,7 @@
 """A fast test double of the server for the client-capacity check (``python -m loadtest.double``).
 
 It speaks the real API: the request is read and validated by the real
-:func:`serve_app.http.query.protocol.parse_query` (uploads read in full, the same limits and
+:func:`serve_app.http.query.parsing.parse_query` (uploads read in full, the same limits and
 errors), and the response is built by the real :class:`serve_app.http.query.protocol.QueryResponse`
 (same JSON, same server-sent events; the clip is a simulated
 :class:`~serve_app.protocol.VideoInfo` with a warning saying so). It does not decode video nor run a
@@ -50,12 +50,12 @@ def build_double(service_ms: float = 50.0, token_ms: float = 0.0, max_concurrenc
 
     from serve_app.config import AppConfig, ModelConfig
     from serve_app.errors import ServeAppError, to_http
+    from serve_app.http.query.parsing import parse_query
     from serve_app.http.query.protocol import (
         QueryClipEvent,
         QueryDeltaEvent,
         QueryDoneEvent,
         QueryResponse,
-        parse_query,
         sampling_options,
     )
     from serve_app.http.request_id import new_request_id

@@ -43,7 +43,7 @@ from serve_app.http.context import (
     RouteRunner,
     json_response,
 )
-from serve_app.http.query.protocol import parse_json_object, read_body, require_json, validation_error
+from serve_app.http.json_body import parse_json_object, read_body, require_json, validation_error
 from serve_app.http.sse import sse_event
 from serve_app.log_limit import LOG_LIMIT
 from serve_app.sources.rules import check_url, normalize_url, resolve_local_path, url_scheme

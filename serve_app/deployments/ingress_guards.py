@@ -22,15 +22,11 @@ from serve_app.config import AppConfig
 from serve_app.http import health, models
 from serve_app.http.auth import ApiKey
 from serve_app.http.chat import serving as chat
-from serve_app.http.guards import (
-    AdmissionGuard,
-    BodyGuard,
-    ControlHeaderGuard,
-    CrossSiteGuard,
-    DisconnectAsEnd,
-    Reject,
-    client_key,
-)
+from serve_app.http.guards.admission import AdmissionGuard
+from serve_app.http.guards.body import BodyGuard
+from serve_app.http.guards.disconnect import DisconnectAsEnd
+from serve_app.http.guards.headers import ControlHeaderGuard, CrossSiteGuard
+from serve_app.http.guards.request import Reject, client_key
 from serve_app.http.query import serving as query
 from serve_app.http.query.protocol import FORM_OVERHEAD_BYTES
 

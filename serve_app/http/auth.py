@@ -21,7 +21,7 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from serve_app.errors import AuthenticationError
-from serve_app.http.guards import app_path, presented_key
+from serve_app.http.guards.request import app_path, presented_key
 
 logger = logging.getLogger(__name__)
 

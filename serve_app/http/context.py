@@ -23,7 +23,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from serve_app.config import AppConfig
 from serve_app.errors import ErrorInfo, ServeAppError, error_body, error_value
-from serve_app.http.guards import mark_pipeline_full
+from serve_app.http.guards.admission import mark_pipeline_full
 from serve_app.http.pipeline import ClipRun, ask_again, causes, client_error, start_run
 from serve_app.http.query.protocol import ClipQueryFields, frame_sampling_for, sampling_options
 from serve_app.http.request_id import header_text, request_id_of

@@ -13,7 +13,7 @@ from starlette.responses import JSONResponse, Response
 
 from serve_app.errors import NotReadyError
 from serve_app.http.context import error_response
-from serve_app.http.guards import SharedResult
+from serve_app.http.shared_result import SharedResult
 
 logger = logging.getLogger("ray.serve")
 
@@ -30,7 +30,7 @@ async def healthz(request: Request) -> Response:
 
 class Readiness:
     """``GET /readyz`` with Serve's status read once per ``cache_s`` seconds, shared by concurrent
-    pollers (:class:`serve_app.http.guards.SharedResult`): 64 pollers cost one controller round trip,
+    pollers (:class:`serve_app.http.shared_result.SharedResult`): 64 pollers cost one controller round trip,
     not 64 (issue 13).
 
     Args:

@@ -19,7 +19,7 @@ def _has_git_history() -> bool:
 @pytest.mark.skipif(not _has_git_history(), reason="needs the project's git history (a clone, not an export)")
 def test_the_baseline_decoder_is_a_separate_copy_of_that_revision(tmp_path):
     import serve_app.decode.clip as current
-    from benchmarks.decode import _load_baseline
+    from benchmarks.decode_baseline import _load_baseline
 
     before = list(sys.path)
     try:

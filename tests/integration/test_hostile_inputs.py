@@ -7,8 +7,10 @@ import pytest
 from serve_app.config import AppConfig
 from serve_app.decode.container import open_container
 from serve_app.errors import ForbiddenSourceError, InvalidRequestError, NotFoundError, UnsupportedMediaError
-from serve_app.http.chat.protocol import clip_source, parse_chat_request
-from serve_app.http.query.protocol import parse_json_object, validate_query
+from serve_app.http.chat.parsing import parse_chat_request
+from serve_app.http.chat.video_url import clip_source
+from serve_app.http.json_body import parse_json_object
+from serve_app.http.query.parsing import validate_query
 from serve_app.model.prompt import check_user_text
 from serve_app.sources.rtsp_relay import split_rtsp_stream
 from serve_app.sources.rules import resolve_local_path
@@ -188,7 +190,7 @@ def test_a_chat_data_url_is_held_about_once_not_four_times():
     import json
     import tracemalloc
 
-    from serve_app.http.chat.protocol import parse_chat_body
+    from serve_app.http.chat.parsing import parse_chat_body
 
     n = 8_000_000
     url = "data:video/mp4;base64," + base64.b64encode(bytes(n)).decode()

@@ -4,7 +4,7 @@ import pytest
 
 from serve_app.errors import AuthenticationError
 from serve_app.http.auth import ApiKey
-from serve_app.http.guards import presented_key
+from serve_app.http.guards.request import presented_key
 
 
 def test_key_comes_from_the_named_environment_variable():

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.gpu import _engine_breakdown, decode_file, query_body
+from benchmarks.gpu_serve import _engine_breakdown, query_body
 from benchmarks.vllm_serve import chat_body
-from benchmarks.workload import QUESTION, SYSTEM_PROMPT, cut_window_files, windows
+from benchmarks.workload import QUESTION, SYSTEM_PROMPT, cut_window_files, decode_file, windows
 
 CLIP = Path(__file__).resolve().parents[1] / "data" / "intel_car-detection.mp4"
 
@@ -50,7 +50,7 @@ def test_a_serve_variant_overrides_the_config_it_names(tmp_path):
     """``--variant`` JSON reaches the model, engine, decode and deployment settings, and the result is valid."""
     import argparse
 
-    from benchmarks.gpu import _serve_args
+    from benchmarks.gpu_serve import _serve_args
     from serve_app.config import AppConfig
 
     root = Path(__file__).resolve().parents[2]  # not the working directory: pytest may run from anywhere

@@ -18,7 +18,7 @@ from inprocess import inprocess_app
 
 from serve_app.config import AppConfig, ModelConfig
 from serve_app.decode.clip import DecodedClip
-from serve_app.http.chat import protocol as openai_api
+from serve_app.http.chat import parsing as chat_parsing
 from serve_app.model.generation import answer_stream
 from serve_app.model.stop_strings import StopScanner
 from serve_app.model_facts import COSMOS_SYSTEM_PROMPT
@@ -39,7 +39,7 @@ def clip_message(url="clip.mp4", text="What happens?") -> dict:
 
 
 def test_system_message_and_later_turns_map_onto_the_question():
-    q = openai_api.parse_chat_request(
+    q = chat_parsing.parse_chat_request(
         {"model": MODEL, "stop": "END", "messages": [
             {"role": "system", "content": [{"type": "text", "text": "Be terse."}]},
             clip_message(),
@@ -55,10 +55,10 @@ def test_system_message_and_later_turns_map_onto_the_question():
 
 
 def test_developer_role_is_the_system_message_and_no_system_keeps_the_default():
-    q = openai_api.parse_chat_request({"model": MODEL, "messages": [{"role": "developer", "content": "D"},
+    q = chat_parsing.parse_chat_request({"model": MODEL, "messages": [{"role": "developer", "content": "D"},
                                                                     clip_message()]}, CFG)  # fmt: skip
     assert q.system_prompt == "D" and q.history == () and q.stop == ()
-    q = openai_api.parse_chat_request({"model": MODEL, "messages": [clip_message()], "stop": ["a", "b"]}, CFG)
+    q = chat_parsing.parse_chat_request({"model": MODEL, "messages": [clip_message()], "stop": ["a", "b"]}, CFG)
     assert q.system_prompt is None and q.stop == ("a", "b")
 
 

@@ -15,7 +15,8 @@ from serve_app.errors import (
     internal_error,
     to_http,
 )
-from serve_app.http.query.protocol import sampling_options, validate_query
+from serve_app.http.query.parsing import validate_query
+from serve_app.http.query.protocol import sampling_options
 from serve_app.sources.rules import resolve_local_path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,7 +73,7 @@ def test_bad_fields_are_400_naming_the_field(fields, param):
 
 
 def test_json_bodies_nested_too_deeply_or_not_objects_are_400():
-    from serve_app.http.query.protocol import parse_json_object
+    from serve_app.http.json_body import parse_json_object
 
     for raw, words in ((b"{\"a\":" + b"[" * 100_000 + b"]" * 100_000 + b"}", "nested too deeply"),
                        (b"[1, 2]", "must be an object"), (b"\xff", "not valid JSON")):
@@ -87,7 +88,7 @@ def test_a_client_that_disconnects_mid_body_is_499_not_500():
     from starlette.requests import Request
 
     from serve_app.errors import ClientClosedRequestError
-    from serve_app.http.query.protocol import read_body
+    from serve_app.http.json_body import read_body
 
     messages = [{"type": "http.request", "body": b'{"que', "more_body": True}, {"type": "http.disconnect"}]
 

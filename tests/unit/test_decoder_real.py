@@ -112,7 +112,7 @@ def test_reference_flags_agree_with_ffmpeg(data_dir, name):
 def test_p_pictures_predict_from_b_references_so_those_are_decoded(data_dir, name):
     """Why the decoder (and the decode bench's exact bound) keeps B *reference* pictures:
     skipping every B picture changes the pixels of most I/P pictures of these x264 clips."""
-    from benchmarks.decode import ip_pictures_changed_without_b
+    from benchmarks.decode_bounds import ip_pictures_changed_without_b
 
     result = ip_pictures_changed_without_b((data_dir / name).read_bytes())
     assert result["of"] > 0 and result["changed"] > result["of"] // 2, result

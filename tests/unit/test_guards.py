@@ -1,4 +1,7 @@
-"""The ingress's request guards (serve_app.http.guards) driven as plain ASGI apps: no Ray, no sockets."""
+"""The ingress's request guards (serve_app.http.guards) driven as plain ASGI apps: no Ray, no sockets.
+
+Also :class:`serve_app.http.shared_result.SharedResult` (the readiness check's shared call).
+"""
 
 import asyncio
 import json
@@ -6,14 +9,11 @@ import json
 import pytest
 
 from serve_app.errors import ServeAppError, to_http
-from serve_app.http.guards import (
-    AdmissionGuard,
-    BodyGuard,
-    ControlHeaderGuard,
-    SharedResult,
-    client_key,
-    mark_pipeline_full,
-)
+from serve_app.http.guards.admission import AdmissionGuard, mark_pipeline_full
+from serve_app.http.guards.body import BodyGuard
+from serve_app.http.guards.headers import ControlHeaderGuard
+from serve_app.http.guards.request import client_key
+from serve_app.http.shared_result import SharedResult
 from serve_app.text import has_control_chars, log_safe
 
 
@@ -533,7 +533,7 @@ def test_a_subscription_that_fails_gives_its_place_back():
     ("GET", {"origin": "https://evil.example", "sec-fetch-site": "cross-site"}, False),  # reads change nothing
 ])  # fmt: skip
 def test_state_changing_requests_from_other_sites_are_refused(method, headers, refused):
-    from serve_app.http.guards import CrossSiteGuard
+    from serve_app.http.guards.headers import CrossSiteGuard
 
     async def run():
         guard = CrossSiteGuard(body_reader(None), ["https://cams.example.com/"], reject)
@@ -551,7 +551,7 @@ def test_state_changing_requests_from_other_sites_are_refused(method, headers, r
 
 
 def test_the_origin_of_a_header_or_a_setting():
-    from serve_app.http.guards import origin_of
+    from serve_app.http.guards.headers import origin_of
 
     assert origin_of("HTTP://Example.COM:80/") == "http://example.com"
     assert origin_of("https://[::1]:8443") == "https://[::1]:8443"

@@ -7,7 +7,9 @@ import pytest
 
 from serve_app.config import AppConfig
 from serve_app.errors import InvalidRequestError, NotFoundError, PayloadTooLargeError
+from serve_app.http.chat import parsing as chat_parsing
 from serve_app.http.chat import protocol as openai_api
+from serve_app.http.chat import video_url as chat_video_url
 from serve_app.protocol import Done
 
 CFG = AppConfig.model_validate({"model": {"served_model_name": "cosmos", "allow_ignore_eos": True}})
@@ -27,7 +29,7 @@ def body(url="clip.mp4", text="What happens?", **extra):
 
 
 def test_request_maps_onto_the_clip_query():
-    q = openai_api.parse_chat_request(
+    q = chat_parsing.parse_chat_request(
         body(max_completion_tokens=7, temperature=0.2, top_p=0.5, seed=3, fps=2, end_s=5, camera_id="cam-1",
              stream=True, stream_options={"include_usage": True}),
         CFG,
@@ -39,7 +41,7 @@ def test_request_maps_onto_the_clip_query():
 
 
 def test_text_parts_join_into_the_question():
-    q = openai_api.parse_chat_request(
+    q = chat_parsing.parse_chat_request(
         {
             "model": "cosmos",
             "messages": [
@@ -109,29 +111,29 @@ def test_text_parts_join_into_the_question():
 def test_bad_fields_name_the_field(patch, param):
     b = {**body(), **patch}
     if param is None:  # allowed here (allow_ignore_eos), refused by a default config
-        openai_api.parse_chat_request(b, CFG)
+        chat_parsing.parse_chat_request(b, CFG)
         with pytest.raises(InvalidRequestError) as e:
-            openai_api.parse_chat_request({**b, "model": "nvidia/Cosmos-Reason1-7B"}, AppConfig())
+            chat_parsing.parse_chat_request({**b, "model": "nvidia/Cosmos-Reason1-7B"}, AppConfig())
         assert e.value.param == "ignore_eos"
         return
     with pytest.raises((InvalidRequestError, NotFoundError)) as e:
-        openai_api.parse_chat_request(b, CFG)
+        chat_parsing.parse_chat_request(b, CFG)
     assert e.value.param == param, e.value.message
     assert e.value.message
 
 
 def test_not_an_object_is_400():
     with pytest.raises(InvalidRequestError):
-        openai_api.parse_chat_request([1, 2], CFG)
+        chat_parsing.parse_chat_request([1, 2], CFG)
 
 
 def test_data_url_is_decoded_and_size_checked():
     raw = b"\x00\x00\x00\x18ftypmp42" * 10
-    src = openai_api.clip_source("data:video/mp4;base64," + base64.b64encode(raw).decode(), CFG)
+    src = chat_video_url.clip_source("data:video/mp4;base64," + base64.b64encode(raw).decode(), CFG)
     assert src.data == raw
     small = AppConfig.model_validate({"limits": {"max_upload_bytes": 50}})
     with pytest.raises(PayloadTooLargeError) as e:
-        openai_api.clip_source("data:video/mp4;base64," + base64.b64encode(raw).decode(), small)
+        chat_video_url.clip_source("data:video/mp4;base64," + base64.b64encode(raw).decode(), small)
     assert "limit is 50 bytes" in e.value.message
 
 
@@ -139,7 +141,7 @@ def test_a_browser_recorder_data_url_with_a_comma_in_its_codecs_is_decoded():
     # handed bug case: MediaRecorder labels its clips video/webm;codecs=vp8,opus (a comma before ;base64,)
     raw = (Path(__file__).resolve().parents[1] / "data" / "browser_recorder_vp8_opus.webm").read_bytes()
     url = "data:video/webm;codecs=vp8,opus;base64," + base64.b64encode(raw).decode()
-    assert openai_api.clip_source(url, CFG).data == raw
+    assert chat_video_url.clip_source(url, CFG).data == raw
 
 
 @pytest.mark.parametrize(
@@ -156,14 +158,14 @@ def test_a_browser_recorder_data_url_with_a_comma_in_its_codecs_is_decoded():
 )
 def test_bad_video_urls_are_400(url):
     with pytest.raises(InvalidRequestError):
-        openai_api.clip_source(url, CFG)
+        chat_video_url.clip_source(url, CFG)
 
 
 def test_paths_and_file_urls_become_path_sources():
-    assert openai_api.clip_source("sub/clip.mp4", CFG).path == "sub/clip.mp4"
-    assert openai_api.clip_source("file:///data/my%20clip.mp4", CFG).path == "/data/my clip.mp4"
+    assert chat_video_url.clip_source("sub/clip.mp4", CFG).path == "sub/clip.mp4"
+    assert chat_video_url.clip_source("file:///data/my%20clip.mp4", CFG).path == "/data/my clip.mp4"
     with pytest.raises(InvalidRequestError):
-        openai_api.clip_source("file://remote-host/clip.mp4", CFG)
+        chat_video_url.clip_source("file://remote-host/clip.mp4", CFG)
 
 
 def test_response_shapes():
@@ -190,7 +192,7 @@ def test_response_shapes():
 
 def test_rtsps_and_other_schemes_are_refused_before_the_decoder():
     # One list of network schemes (serve_app.sources.rules.DEFAULT_PORTS) for both routes.
-    assert set(openai_api.NETWORK_SCHEMES) == {"http", "https", "rtsp"}
+    assert set(chat_video_url.NETWORK_SCHEMES) == {"http", "https", "rtsp"}
     with pytest.raises(InvalidRequestError) as e:
-        openai_api.clip_source("rtsps://cam.example/stream", CFG)
-    assert e.value.param == openai_api.VIDEO_URL_PARAM and "rtsps" in e.value.message
+        chat_video_url.clip_source("rtsps://cam.example/stream", CFG)
+    assert e.value.param == chat_video_url.VIDEO_URL_PARAM and "rtsps" in e.value.message

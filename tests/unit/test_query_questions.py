@@ -12,7 +12,7 @@ from clock import run_virtual
 from serve_app.config import AppConfig
 from serve_app.errors import InvalidRequestError
 from serve_app.http.context import RequestContext, RouteRunner
-from serve_app.http.query.protocol import asked_with_names, validate_query
+from serve_app.http.query.parsing import asked_with_names, validate_query
 from serve_app.http.query.serving import QueryServing
 from serve_app.protocol import ClipInfo, Delta, Done, VideoInfo
 from serve_app.sources.rules import ClipSource

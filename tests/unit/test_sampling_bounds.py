@@ -6,7 +6,8 @@ import pytest
 
 from serve_app.config import AppConfig
 from serve_app.errors import InvalidRequestError
-from serve_app.http.query.protocol import sampling_options, validate_query
+from serve_app.http.query.parsing import validate_query
+from serve_app.http.query.protocol import sampling_options
 from serve_app.protocol import MIN_REPETITION_PENALTY, SamplingOptions
 
 QUESTION = {"question": "What happens?", "video_path": "a.mp4"}

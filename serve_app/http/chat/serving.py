@@ -1,7 +1,7 @@
 """``POST /v1/chat/completions``: the OpenAI-compatible route over the same pipeline.
 
 Request: :class:`serve_app.http.chat.protocol.ChatCompletionRequest` (parsed by
-:func:`~serve_app.http.chat.protocol.parse_chat_request`). Answer: a
+:func:`~serve_app.http.chat.parsing.parse_chat_request`). Answer: a
 :class:`~serve_app.http.chat.protocol.ChatCompletion`, or a stream of
 :class:`~serve_app.http.chat.protocol.ChatCompletionChunk` values (a role chunk, content
 chunks, a finish chunk, and a usage-only chunk with ``stream_options.include_usage``)
@@ -26,9 +26,12 @@ from starlette.responses import Response
 
 from serve_app.errors import ErrorInfo, ServeAppError, UnsupportedMediaError, error_body
 from serve_app.http.chat import protocol as openai_api
+from serve_app.http.chat.parsing import parse_chat_body
 from serve_app.http.chat.protocol import ChatCompletion, ChatCompletionChunk, ChoiceDelta, ChunkChoice, CompletionUsage
+from serve_app.http.chat.video_url import CLIP_PARAMS
 from serve_app.http.context import RequestContext, RouteRunner, json_response
-from serve_app.http.query.protocol import FORM_OVERHEAD_BYTES, read_body
+from serve_app.http.json_body import read_body
+from serve_app.http.query.protocol import FORM_OVERHEAD_BYTES
 from serve_app.protocol import Delta, Done
 
 ROUTE = "/v1/chat/completions"
@@ -102,7 +105,7 @@ class ChatServing:
             raise UnsupportedMediaError(f"content type {ctype or '(none)'!r} is not supported: send application/json")
         # A data: URL carries the clip in base64: 4 bytes per 3.
         raw = await read_body(request, cfg.limits.max_upload_bytes * 4 // 3 + FORM_OVERHEAD_BYTES)
-        chat, source = openai_api.parse_chat_body(raw, cfg)  # security: frees raw as it goes (issue 13)
+        chat, source = parse_chat_body(raw, cfg)  # security: frees raw as it goes (issue 13)
         ctx.camera = chat.query.camera_id or ctx.camera
         del raw  # the clip's bytes live on in the source only
         assert chat.query.question is not None  # the chat route always sets the one question
@@ -112,7 +115,7 @@ class ChatServing:
                 system_prompt=chat.system_prompt, history=chat.history, stop=chat.stop,
             )  # fmt: skip
         except ServeAppError as e:  # the pipeline names its clip fields in /v1/video/query terms
-            if e.param in openai_api.CLIP_PARAMS:
+            if e.param in CLIP_PARAMS:
                 e.param = chat.video_param
             raise
         completion_id, created = f"chatcmpl-{ctx.request_id}", int(time.time())

@@ -1,1 +1,2 @@
-"""``POST /v1/video/query``: its shapes (:mod:`.protocol`) and its work (:mod:`.serving`)."""
+"""``POST /v1/video/query``: its shapes (:mod:`.protocol`), its body read (:mod:`.parsing`) and its work
+(:mod:`.serving`)."""

@@ -1,8 +1,9 @@
 """The ``/v1/video/query`` request and response shapes (Ray-free; used by :mod:`serve_app.http`).
 
 Requests: :class:`QueryRequest` (its clip and sampling fields, :class:`ClipQueryFields`,
-are shared with the chat route), read by :func:`parse_query`. Responses are pydantic
-models: :class:`QueryResponse`, and the stream's :class:`QueryClipEvent`,
+are shared with the chat route), read by :func:`serve_app.http.query.parsing.parse_query`;
+:func:`frame_sampling_for` and :func:`sampling_options` turn them into the pipeline's settings.
+Responses are pydantic models: :class:`QueryResponse`, and the stream's :class:`QueryClipEvent`,
 :class:`QueryDeltaEvent` and :class:`QueryDoneEvent`.
 
 ``POST /v1/video/query`` takes either ``multipart/form-data`` with a
@@ -12,30 +13,21 @@ models: :class:`QueryResponse`, and the stream's :class:`QueryClipEvent`,
 
 from __future__ import annotations
 
-import json
-import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, ValidationError, model_serializer
-from starlette.exceptions import HTTPException
-from starlette.formparsers import MultiPartException
-from starlette.requests import ClientDisconnect, Request
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
-from serve_app.config import AppConfig, LimitsConfig
-from serve_app.errors import ClientClosedRequestError, InvalidRequestError, PayloadTooLargeError, UnsupportedMediaError
-from serve_app.model.prompt import check_user_text
+from serve_app.config import AppConfig
 from serve_app.model.reasoning import split_reasoning
 from serve_app.protocol import (
     GREEDY_TEMPERATURE_EPS,
     MIN_REPETITION_PENALTY,
     ClipInfo,
-    ClipSource,
     Done,
     FrameSampling,
     SamplingOptions,
     VideoInfo,
 )
-from serve_app.text import has_control_chars
 
 #: Multipart overhead allowed on top of the upload limit (boundaries, other fields), in bytes.
 FORM_OVERHEAD_BYTES = 1 << 20
@@ -45,120 +37,11 @@ JSON_BODY_MAX_BYTES = 1 << 20
 MAX_SEED = 2**63 - 1
 
 
-async def read_body(request: Request, max_bytes: int) -> bytearray:
-    """The request body, read in chunks and refused past ``max_bytes`` (declared or actual).
-
-    One growing buffer (no list of chunks joined at the end: that held the body twice).
-
-    Raises:
-        PayloadTooLargeError (413): ``Content-Length`` or the bytes received exceed ``max_bytes``.
-        ClientClosedRequestError (499): the client disconnected before the body was read.
-    """
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > max_bytes:
-        raise PayloadTooLargeError(f"request body is {int(declared)} bytes; the limit is {max_bytes} bytes")
-    body = bytearray()
-    try:
-        async for chunk in request.stream():
-            if len(body) + len(chunk) > max_bytes:
-                raise PayloadTooLargeError(f"request body exceeds the limit of {max_bytes} bytes")
-            body += chunk
-    except ClientDisconnect:
-        raise ClientClosedRequestError("the client disconnected while sending the request body") from None
-    return body
-
-
-def require_json(request: Request) -> None:
-    """Refuses a body that is not declared ``application/json`` (before reading it).
-
-    Every JSON route that changes state requires it: a web page can send ``text/plain``,
-    ``multipart/form-data`` or a form to another site without asking first (no CORS preflight),
-    but not ``application/json``.
-
-    Raises:
-        UnsupportedMediaError (415): another or no ``Content-Type``.
-    """
-    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if ctype != "application/json":
-        shown = repr(ctype[:64]) if ctype and ctype.isprintable() else "missing"
-        raise UnsupportedMediaError(
-            f"the request's content type is {shown}: this route takes a JSON body; send Content-Type: "
-            "application/json",
-            param="Content-Type",
-        )
-
-
-#: Longest JSON integer accepted, in digits (a signed 64-bit integer has at most 19; Python
-#: refuses to convert more than 4,300 with a ValueError, which must not become a 500).
-MAX_INT_DIGITS = 40
-
-
-class OversizedInt:
-    """A JSON integer of more than :data:`MAX_INT_DIGITS` digits: no field accepts it (400 naming the field)."""
-
-    def __init__(self, digits: int):
-        self.digits = digits
-
-    def __repr__(self) -> str:
-        return f"<integer of {self.digits} digits>"
-
-
-def _parse_int(text: str) -> int | OversizedInt:
-    return int(text) if len(text) <= MAX_INT_DIGITS else OversizedInt(len(text))
-
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def _lone_surrogate(obj: Any, path: str = "") -> str | None:
-    """The dotted path of the first string in ``obj`` holding a lone UTF-16 surrogate (a JSON
-    ``"\\ud800"`` escape), or None. Such strings cannot be encoded as UTF-8 (paths, logs, tokenizers)."""
-    if isinstance(obj, str):
-        return (path or "body") if _SURROGATE.search(obj) else None
-    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, list) else ()
-    for k, v in items:
-        if isinstance(k, str) and _SURROGATE.search(k):
-            return f"{path}.{k!a}" if path else f"{k!a}"
-        found = _lone_surrogate(v, f"{path}.{k}" if path else str(k))
-        if found:
-            return found
-    return None
-
-
-def parse_json_object(raw: bytes | bytearray) -> dict[str, Any]:
-    """A JSON request body that must be an object.
-
-    Integers of more than :data:`MAX_INT_DIGITS` digits become :class:`OversizedInt` values,
-    which field validation refuses (400 naming the field).
-
-    Raises:
-        InvalidRequestError (400): not UTF-8 JSON, nested too deeply to parse, not an object, or
-            a string with a lone surrogate escape (names the field).
-    """
-    try:
-        body = json.loads(raw, parse_int=_parse_int)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise InvalidRequestError(f"request body is not valid JSON ({e})") from None
-    except RecursionError:
-        raise InvalidRequestError("request body is not valid JSON (nested too deeply)") from None
-    except ValueError as e:  # defence in depth: any other conversion limit
-        raise InvalidRequestError(f"request body is not valid JSON ({type(e).__name__})") from None
-    if not isinstance(body, dict):
-        raise InvalidRequestError("JSON body must be an object")
-    bad = _lone_surrogate(body)
-    if bad is not None:
-        raise InvalidRequestError(
-            f"{bad}: the string holds a lone UTF-16 surrogate escape (e.g. \\ud800), which is not a character",
-            param=bad,
-        )
-    return body
-
-
 class ClipQueryFields(BaseModel):
     """The fields the query and chat requests share: clip window, frame sampling, token sampling.
 
     Both routes validate these with the same bounds (the configured limits are checked
-    afterwards by :func:`validate_query`).
+    afterwards by :func:`serve_app.http.query.parsing.validate_query`).
     """
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
@@ -198,189 +81,6 @@ class QueryRequest(ClipQueryFields):
         min_length=1,
         description="JSON only: an http(s):// URL of the clip, or an rtsp:// camera (a live capture of "
         "end_s, default sources.rtsp_capture_s, seconds).",
-    )
-
-
-def validation_error(e: ValidationError, unknown: str = "unknown field") -> InvalidRequestError:
-    """The 400 for a pydantic validation failure, naming the field at fault.
-
-    With unions (e.g. chat ``content``: text or a list of parts) pydantic reports every
-    branch; the deepest error is the one about what the client sent, and the branch
-    names (``list[ContentPart]``, ``str``) are dropped from the field path.
-
-    Args:
-        e: the validation error.
-        unknown: the message for a field the model does not know.
-    """
-    err = max(e.errors(), key=lambda x: len(x.get("loc", ())))
-    loc = [str(x) for x in err.get("loc", ())]
-    param = ".".join(x for x in loc if not any(c in x for c in "[]()") and x != "str") or None
-    msg = err.get("msg", "invalid value")
-    if err.get("type") == "extra_forbidden":
-        msg = unknown
-    return InvalidRequestError(f"{param}: {msg}" if param else msg, param=param)
-
-
-def asked_with_names(q: QueryRequest) -> list[tuple[str, str]]:
-    """The questions of a query with their field names (``question``, or ``questions.0`` …)."""
-    if q.questions is not None:
-        return [(f"questions.{i}", text) for i, text in enumerate(q.questions)]
-    return [("question", q.question or "")]
-
-
-def check_questions(q: QueryRequest, lim: LimitsConfig) -> None:
-    """``question`` or ``questions`` (not both, not neither), each within the limits.
-
-    Raises:
-        InvalidRequestError (400): naming ``question``, ``questions`` or ``questions.N`` and the limit.
-    """
-    if (q.question is None) == (q.questions is None):
-        raise InvalidRequestError(
-            "give question (one question) or questions (a JSON list of them), not both"
-            if q.question is not None
-            else "question is required (or questions: a JSON list of questions about the clip)",
-            param="questions" if q.question is not None else "question",
-        )
-    if q.questions is not None:
-        if len(q.questions) > lim.max_questions:
-            raise InvalidRequestError(
-                f"questions holds {len(q.questions)}; the limit is {lim.max_questions} (limits.max_questions)",
-                param="questions",
-            )
-        if q.stream:
-            raise InvalidRequestError(
-                "stream takes one question: ask questions without stream, or one question per streamed request",
-                param="questions",
-            )
-    for name, text in asked_with_names(q):
-        if not text:
-            raise InvalidRequestError(f"{name} is empty", param=name)
-        if len(text) > lim.max_question_chars:
-            raise InvalidRequestError(
-                f"{name} is {len(text)} characters; the limit is {lim.max_question_chars}", param=name
-            )
-        check_user_text(text, name)
-
-
-def validate_query(fields: dict[str, Any], config: AppConfig) -> QueryRequest:
-    """Validates query fields against the schema and the configured limits.
-
-    Raises:
-        InvalidRequestError (400): a field is missing, unknown, mistyped or out of range
-            (the message names the field and the limit).
-    """
-    try:
-        q = QueryRequest.model_validate(fields)
-    except ValidationError as e:
-        raise validation_error(e) from None
-    lim = config.limits
-    check_questions(q, lim)
-    if q.camera_id is not None and has_control_chars(q.camera_id):
-        raise InvalidRequestError("camera_id contains control characters (e.g. a newline)", param="camera_id")
-    for name in ("video_url", "video_path"):
-        value = getattr(q, name)
-        if value is not None and len(value) > lim.max_url_chars:
-            raise InvalidRequestError(
-                f"{name} is {len(value)} characters; the limit is {lim.max_url_chars} (limits.max_url_chars)",
-                param=name,
-            )
-    if q.max_frames is not None and q.max_frames > lim.max_frames:
-        raise InvalidRequestError(f"max_frames is {q.max_frames}; the limit is {lim.max_frames}", param="max_frames")
-    if q.max_tokens is not None and q.max_tokens > lim.max_tokens:
-        raise InvalidRequestError(f"max_tokens is {q.max_tokens}; the limit is {lim.max_tokens}", param="max_tokens")
-    if q.start_s is not None and q.end_s is not None and q.end_s <= q.start_s:
-        raise InvalidRequestError(f"end_s ({q.end_s}) must be greater than start_s ({q.start_s})", param="end_s")
-    if q.ignore_eos and not config.model.allow_ignore_eos:
-        raise InvalidRequestError(
-            "ignore_eos is a benchmark-only option and this server does not enable it "
-            "(model.allow_ignore_eos: false)",
-            param="ignore_eos",
-        )
-    return q
-
-
-async def parse_query(request: Request, config: AppConfig) -> tuple[QueryRequest, ClipSource]:  # noqa: C901 - two body shapes (JSON, multipart) with their limits, each branch one documented 4xx
-    """Reads a ``/v1/video/query`` request into validated fields and a clip source.
-
-    Raises:
-        InvalidRequestError (400): bad JSON or multipart, missing ``question``/clip, both clip kinds given.
-        PayloadTooLargeError (413): the upload exceeds ``limits.max_upload_bytes``, or a JSON
-            body exceeds :data:`JSON_BODY_MAX_BYTES`.
-        UnsupportedMediaError (415): neither multipart/form-data nor JSON.
-        ClientClosedRequestError (499): the client disconnected mid-body.
-    """
-    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    max_bytes = config.limits.max_upload_bytes
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > max_bytes + FORM_OVERHEAD_BYTES:
-        raise PayloadTooLargeError(
-            f"request body is {int(declared)} bytes; the upload limit is {max_bytes} bytes", param="video"
-        )
-    if ctype == "application/json":
-        try:
-            raw = await read_body(request, JSON_BODY_MAX_BYTES)
-        except PayloadTooLargeError as e:
-            raise PayloadTooLargeError(
-                f"{e.message} (JSON only names the clip: upload it as multipart field 'video', or "
-                "send video_path or video_url)"
-            ) from None
-        q = validate_query(parse_json_object(raw), config)
-        if q.video_path and q.video_url:
-            raise InvalidRequestError("give either video_path or video_url, not both", param="video_url")
-        if q.video_url:
-            return q, ClipSource(url=q.video_url, name=q.video_url)
-        if not q.video_path:
-            raise InvalidRequestError(
-                "a JSON request needs video_path or video_url (or upload the clip as multipart field 'video')",
-                param="video_path",
-            )
-        return q, ClipSource(path=q.video_path, name=q.video_path)
-    if ctype == "multipart/form-data":
-        try:
-            form = await request.form(max_files=1, max_fields=32)
-        except ClientDisconnect:
-            raise ClientClosedRequestError("the client disconnected while uploading") from None
-        except (HTTPException, MultiPartException) as e:  # Starlette: no boundary, bad parts, too many parts
-            detail = e.detail if isinstance(e, HTTPException) else e.message
-            raise InvalidRequestError(
-                f"malformed multipart body: {detail} (send one file part 'video' and at most 31 text fields, "
-                "each under 1 MB)",
-                param="video",
-            ) from None
-        try:
-            fields: dict[str, Any] = {}
-            upload = None
-            for key, value in form.multi_items():
-                if key == "video":
-                    if isinstance(value, str):
-                        raise InvalidRequestError("field 'video' must be a file part", param="video")
-                    upload = value
-                elif key in fields:
-                    raise InvalidRequestError(f"field {key!r} given twice", param=key)
-                else:
-                    fields[key] = value
-            q = validate_query(fields, config)
-            if upload is None:
-                raise InvalidRequestError("missing the clip: multipart file field 'video'", param="video")
-            if q.video_path:
-                raise InvalidRequestError("give either the 'video' file or video_path, not both", param="video_path")
-            if q.video_url:
-                raise InvalidRequestError("give either the 'video' file or video_url, not both", param="video_url")
-            if upload.size is not None and upload.size > max_bytes:
-                raise PayloadTooLargeError(
-                    f"uploaded video is {upload.size} bytes; the limit is {max_bytes} bytes", param="video"
-                )
-            data = await upload.read()
-            if len(data) > max_bytes:
-                raise PayloadTooLargeError(
-                    f"uploaded video is {len(data)} bytes; the limit is {max_bytes} bytes", param="video"
-                )
-            return q, ClipSource(data=data, name=upload.filename or "video")
-        finally:
-            await form.close()
-    raise UnsupportedMediaError(
-        f"content type {ctype or '(none)'!r} is not supported: send multipart/form-data with a 'video' "
-        "file, or application/json with video_path or video_url"
     )
 
 

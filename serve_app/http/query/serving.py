@@ -21,6 +21,7 @@ from starlette.responses import Response
 from serve_app.errors import ErrorEvent, ErrorInfo, error_body
 from serve_app.http.context import RequestContext, RouteRunner, json_response
 from serve_app.http.pipeline import ClipRun
+from serve_app.http.query.parsing import parse_query
 from serve_app.http.query.protocol import (
     QueryAnswer,
     QueryClipEvent,
@@ -28,7 +29,6 @@ from serve_app.http.query.protocol import (
     QueryDoneEvent,
     QueryRequest,
     QueryResponse,
-    parse_query,
 )
 from serve_app.protocol import Delta, Done
 from serve_app.sources.rules import ClipSource
