@@ -8,7 +8,6 @@ VideoModel for live cameras), composed with
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +20,10 @@ from serve_app.deployments.ingress import Ingress
 from serve_app.deployments.ingress_guards import ingress_slots
 from serve_app.deployments.model import VideoModel
 from serve_app.deployments.stream_worker import StreamWorker
+from serve_app.log_limit import get_logger
 from serve_app.model.preflight import HardwareError, check_build
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 
 def resolve_paths(config: AppConfig) -> AppConfig:

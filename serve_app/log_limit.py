@@ -1,4 +1,12 @@
-"""Rate-limited logging of repeated errors: one helper for everything that logs in a loop.
+"""The project's logging rules: one logger rule (:func:`get_logger`) and rate-limited logging of repeated errors.
+
+Every module of ``serve_app`` logs through ``get_logger(__name__)``: a child of Ray Serve's ``ray.serve`` logger
+(``ray.serve.serve_app.<module>``), as Ray Serve LLM's ``get_logger`` does
+(``python/ray/llm/_internal/serve/observability/logging/__init__.py``), so each record reaches the replica's log
+with Serve's format and request context and follows the application's ``logging_config``, and one name prefix
+selects all of this project's lines.
+
+Rate-limited logging: one helper for everything that logs in a loop.
 
 A camera that fails the same way forever (an HTTP MP4 that ignores ``Range`` once wrote 14,955
 tracebacks, 13 MB, in 20 s for one stream), a webhook endpoint that is down, a model that keeps
@@ -21,6 +29,14 @@ import threading
 import time
 from collections.abc import Callable
 from typing import Any
+
+#: Ray Serve's logger: the parent of every logger of this project.
+SERVE_LOGGER = "ray.serve"
+
+
+def get_logger(name: str) -> logging.Logger:
+    """The logger of module ``name`` (pass ``__name__``): ``ray.serve.<name>``, a child of Ray Serve's logger."""
+    return logging.getLogger(f"{SERVE_LOGGER}.{name}")
 
 
 @dataclasses.dataclass

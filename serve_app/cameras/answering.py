@@ -38,11 +38,11 @@ from serve_app.cameras.windows import EventLog, NewestWinsQueue, Percentiles
 from serve_app.config import AppConfig
 from serve_app.errors import ErrorInfo, error_value
 from serve_app.http.pipeline import client_error
-from serve_app.log_limit import LOG_LIMIT
+from serve_app.log_limit import LOG_LIMIT, get_logger
 from serve_app.model.reasoning import split_reasoning
 from serve_app.protocol import ClipInfo, ClipQuestion, DecodedClip, Delta, Done, ModelChunk, SamplingOptions
 
-logger = logging.getLogger("ray.serve")
+logger = get_logger(__name__)
 
 #: ``ask(question, clip)``: the model's chunk stream for one window (``clip``: what :data:`Prepare` made of it).
 Ask = Callable[[ClipQuestion, Any], AsyncIterator[ModelChunk]]

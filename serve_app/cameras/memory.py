@@ -15,9 +15,10 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
-import logging
 
-logger = logging.getLogger(__name__)
+from serve_app.log_limit import get_logger
+
+logger = get_logger(__name__)
 
 #: ``mallopt`` parameter number of the mmap threshold (glibc ``malloc.h``: ``M_MMAP_THRESHOLD -3``).
 M_MMAP_THRESHOLD = -3

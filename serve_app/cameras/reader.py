@@ -48,13 +48,13 @@ from serve_app.decode.container import configure_decoder, open_container, video_
 from serve_app.decode.frames import FrameStore, apply_display
 from serve_app.decode.sampling import even_frame_count
 from serve_app.errors import ServeAppError, UnsupportedMediaError
-from serve_app.log_limit import LOG_LIMIT
+from serve_app.log_limit import LOG_LIMIT, get_logger
 from serve_app.sources.http_source import PinnedHttpBody
 from serve_app.sources.rtsp_relay import RtspRelay
 from serve_app.sources.rules import check_url, normalize_url, resolve_local_path, url_scheme
 from serve_app.text import log_safe
 
-logger = logging.getLogger("ray.serve")
+logger = get_logger(__name__)
 
 #: HTTP statuses of errors that retrying cannot fix (forbidden, not found, too large, not a video).
 PERMANENT_STATUSES = frozenset({400, 403, 404, 413, 415})

@@ -41,10 +41,10 @@ from serve_app.cameras.store import StreamStore
 from serve_app.cameras.windows import EventLog
 from serve_app.config import AppConfig
 from serve_app.errors import NotFoundError, OverloadedError, ServeAppError
-from serve_app.log_limit import LOG_LIMIT
+from serve_app.log_limit import LOG_LIMIT, get_logger
 from serve_app.text import log_safe
 
-logger = logging.getLogger("ray.serve")
+logger = get_logger(__name__)
 
 def redact(url: str) -> str:
     """``url`` without user:password (shown in statuses and logs)."""

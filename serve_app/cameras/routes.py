@@ -45,10 +45,10 @@ from serve_app.http.context import (
 )
 from serve_app.http.json_body import parse_json_object, read_body, require_json, validation_error
 from serve_app.http.sse import sse_event
-from serve_app.log_limit import LOG_LIMIT
+from serve_app.log_limit import LOG_LIMIT, get_logger
 from serve_app.sources.rules import check_url, normalize_url, resolve_local_path, url_scheme
 
-logger = logging.getLogger("ray.serve")
+logger = get_logger(__name__)
 
 ROUTE = "/v1/streams"
 EVENTS_ROUTE = "/v1/events"

@@ -41,11 +41,11 @@ from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt,
 from serve_app.cameras.protocol import WebhookCounts
 from serve_app.config import AppConfig
 from serve_app.errors import ServeAppError
-from serve_app.log_limit import LOG_LIMIT
+from serve_app.log_limit import LOG_LIMIT, get_logger
 from serve_app.sources.rules import check_url, tls_verify
 from serve_app.text import log_safe
 
-logger = logging.getLogger("ray.serve")
+logger = get_logger(__name__)
 
 #: Most bytes of a webhook response body read (then discarded) before the connection is closed.
 MAX_RESPONSE_BYTES = 4096

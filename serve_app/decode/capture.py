@@ -37,12 +37,12 @@ from serve_app.errors import (
     UnsupportedMediaError,
     UpstreamTimeoutError,
 )
-from serve_app.log_limit import LOG_LIMIT
+from serve_app.log_limit import LOG_LIMIT, get_logger
 from serve_app.sources.rtsp_relay import RtspRelay
 from serve_app.sources.rules import check_url
 from serve_app.text import log_safe
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 PARAM = "video_url"
 

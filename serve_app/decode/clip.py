@@ -45,7 +45,6 @@ with their HTTP status.
 from __future__ import annotations
 
 import dataclasses
-import logging
 import math
 import time
 from pathlib import Path
@@ -61,13 +60,14 @@ from serve_app.decode.sampling import FrameGrid, FrameSampling, plan_grid, plan_
 from serve_app.decode.timeline import INDEX_TIMED_FORMATS, Gap, Timeline, build_timeline, find_gaps
 from serve_app.decode.vision_patches import VisionPatches, patchify
 from serve_app.errors import PayloadTooLargeError, UnprocessableClipError
+from serve_app.log_limit import get_logger
 from serve_app.text import log_safe
 
 if TYPE_CHECKING:
     from av.container import InputContainer
     from av.video.stream import VideoStream
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 #: A header duration this much (s) longer than the frames found means a truncated file.
 _TRUNCATION_SLACK_S = 0.5

@@ -14,7 +14,6 @@ cross the handle as values: a :class:`DecodedClip` or an :class:`ErrorInfo`.
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -27,12 +26,13 @@ from serve_app.decode.clip import DecodedClip, decode_clip
 from serve_app.decode.sampling import FrameSampling
 from serve_app.decode.vision_patches import bf16_table
 from serve_app.errors import ErrorInfo, ServeAppError, internal_error
+from serve_app.log_limit import get_logger
 from serve_app.metrics import DecoderMetrics
 from serve_app.sources.fetch import fetch_url
 from serve_app.sources.rules import ClipSource, resolve_local_path, url_scheme
 from serve_app.text import log_safe
 
-logger = logging.getLogger("ray.serve")
+logger = get_logger(__name__)
 
 
 @serve.deployment(name="VideoDecoder")

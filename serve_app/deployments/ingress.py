@@ -21,7 +21,6 @@ A client that disconnects cancels its request down to the engine.
 
 from __future__ import annotations
 
-import logging
 import time
 from typing import Any
 
@@ -42,9 +41,10 @@ from serve_app.http.context import RouteRunner
 from serve_app.http.error_handlers import AuthRejector, http_exception
 from serve_app.http.query import serving as query
 from serve_app.http.request_id import RequestIdMiddleware
+from serve_app.log_limit import get_logger
 from serve_app.metrics import IngressMetrics
 
-logger = logging.getLogger("ray.serve")
+logger = get_logger(__name__)
 
 QUERY_ROUTE = query.ROUTE
 CHAT_ROUTE = chat.ROUTE

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import faulthandler
-import logging
 import os
 import signal
 import time
@@ -25,6 +24,7 @@ from ray import serve
 
 from serve_app.config import AppConfig
 from serve_app.decode.vision_patches import patchify
+from serve_app.log_limit import get_logger
 from serve_app.metrics import ModelMetrics
 from serve_app.model.coalesce import coalesce_deltas
 from serve_app.model.engines.base import Engine, GenerationRequest
@@ -33,7 +33,7 @@ from serve_app.model.generation import answer_stream, new_engine_request_id
 from serve_app.model.prompt import render_prompt
 from serve_app.protocol import ClipQuestion, DecodedClip, ErrorInfo, ModelChunk, SamplingOptions
 
-logger = logging.getLogger("ray.serve")
+logger = get_logger(__name__)
 
 #: When set (to anything), a model replica prints every thread's Python stack to stderr on SIGUSR1
 #: (Ray forwards it to the driver's log): how the lifecycle bench looks inside a slow start where

@@ -13,7 +13,6 @@ every method returns a pydantic model or an :class:`~serve_app.errors.ErrorInfo`
 from __future__ import annotations
 
 import builtins
-import logging
 from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
@@ -29,10 +28,11 @@ from serve_app.cameras.webhook import Webhooks
 from serve_app.config import AppConfig
 from serve_app.decode.vision_patches import bf16_table
 from serve_app.errors import ErrorInfo, ServeAppError
+from serve_app.log_limit import get_logger
 from serve_app.metrics import StreamMetrics
 from serve_app.protocol import ClipQuestion, DecodedClip, ModelChunk
 
-logger = logging.getLogger("ray.serve")
+logger = get_logger(__name__)
 
 
 @serve.deployment(name="StreamWorker")

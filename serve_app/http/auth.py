@@ -13,7 +13,6 @@ authentication is off. Clients send it as OpenAI clients do
 from __future__ import annotations
 
 import hmac
-import logging
 import os
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 
@@ -22,8 +21,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from serve_app.errors import AuthenticationError
 from serve_app.http.guards.request import app_path, presented_key
+from serve_app.log_limit import get_logger
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 
 class ApiKey:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -28,10 +27,11 @@ from serve_app.http.pipeline import ClipRun, ask_again, causes, client_error, st
 from serve_app.http.query.protocol import ClipQueryFields, frame_sampling_for, sampling_options
 from serve_app.http.request_id import header_text, request_id_of
 from serve_app.http.sse import StreamEncoder, sse_stream
+from serve_app.log_limit import get_logger
 from serve_app.protocol import ClipQuestion, ClipSource, Done, Turn
 from serve_app.text import log_safe
 
-logger = logging.getLogger("ray.serve")
+logger = get_logger(__name__)
 
 #: Longest ``X-Camera-Id`` header logged, characters (the ``camera_id`` field's limit).
 MAX_CAMERA_ID_CHARS = 128

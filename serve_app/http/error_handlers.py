@@ -5,8 +5,6 @@ Both leave in the one error shape (:func:`serve_app.http.context.error_response`
 
 from __future__ import annotations
 
-import logging
-
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
@@ -15,10 +13,11 @@ from starlette.types import Receive, Scope, Send
 from serve_app.errors import AuthenticationError, ErrorInfo, NotFoundError, ServeAppError
 from serve_app.http.context import error_response
 from serve_app.http.request_id import request_id_of
+from serve_app.log_limit import get_logger
 from serve_app.metrics import IngressMetrics
 from serve_app.text import log_safe
 
-logger = logging.getLogger("ray.serve")
+logger = get_logger(__name__)
 
 
 async def http_exception(request: Request, exc: Exception) -> Response:

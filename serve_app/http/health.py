@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 from typing import Any
 
 from ray import serve
@@ -14,8 +13,9 @@ from starlette.responses import JSONResponse, Response
 from serve_app.errors import NotReadyError
 from serve_app.http.context import error_response
 from serve_app.http.shared_result import SharedResult
+from serve_app.log_limit import get_logger
 
-logger = logging.getLogger("ray.serve")
+logger = get_logger(__name__)
 
 HEALTH_ROUTE = "/healthz"
 READY_ROUTE = "/readyz"

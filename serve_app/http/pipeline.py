@@ -22,11 +22,11 @@ from ray.exceptions import RayActorError, RayTaskError
 from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError
 
 from serve_app.errors import ErrorInfo, OverloadedError, ServeAppError, UpstreamTimeoutError, internal_error
-from serve_app.log_limit import LOG_LIMIT
+from serve_app.log_limit import LOG_LIMIT, get_logger
 from serve_app.protocol import ClipInfo, ClipQuestion, ClipSource, Delta, Done, FrameSampling, ModelChunk
 from serve_app.text import log_safe
 
-logger = logging.getLogger("ray.serve")
+logger = get_logger(__name__)
 
 #: How many links of an exception chain :func:`causes` follows.
 MAX_CAUSES = 8

@@ -32,9 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from serve_app import model_facts as facts
+from serve_app.log_limit import get_logger
 from serve_app.model.tokenizer import write_tokenizer_files
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 #: Marker file: its presence means the weights are random.
 RANDOM_MARKER = "random_weights.json"

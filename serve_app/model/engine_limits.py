@@ -12,14 +12,13 @@
 
 from __future__ import annotations
 
-import logging
-
 from serve_app.decode.sampling import video_tokens
 from serve_app.errors import ErrorInfo, InvalidRequestError, OverloadedError, internal_error
+from serve_app.log_limit import get_logger
 from serve_app.model.engines.base import EngineDeadError
 from serve_app.text import log_safe
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 #: Tokens of the chat template around the text (role tags, newlines, the video's start/end
 #: tokens): ``<|im_start|>system\n…<|im_end|>\n<|im_start|>user\n<|vision_start|>…`` ≈ 20; rounded up.

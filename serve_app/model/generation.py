@@ -15,13 +15,13 @@ or a cache entry. The client-facing request id is only logged.
 
 from __future__ import annotations
 
-import logging
 import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Protocol
 
 from serve_app.errors import InvalidRequestError
+from serve_app.log_limit import get_logger
 from serve_app.model.engine_limits import check_context, engine_error, text_tokens_estimate
 from serve_app.model.engines.base import Engine, GenerationRequest
 from serve_app.model.prompt import render_prompt
@@ -29,7 +29,7 @@ from serve_app.model.stop_strings import StopScanner
 from serve_app.protocol import ClipInfo, ClipQuestion, DecodedClip, Delta, Done, ErrorInfo, ModelChunk, VideoInfo
 from serve_app.text import log_safe
 
-logger = logging.getLogger("ray.serve")
+logger = get_logger(__name__)
 
 
 class GenerationMetrics(Protocol):

@@ -21,15 +21,15 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
-import logging
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from serve_app.config import AppConfig
+from serve_app.log_limit import get_logger
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 GPU_INSTALL = 'pip install ".[gpu]"'
 CPU_CONFIG = "configs/cpu.yaml"

@@ -14,16 +14,16 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import logging
 from pathlib import Path
 from typing import Any
 
 from tokenizers import AddedToken, Tokenizer, normalizers
 from transformers.convert_slow_tokenizer import TikTokenConverter, bytes_to_unicode
 
+from serve_app.log_limit import get_logger
 from serve_app.model_facts import ADDED_TOKENS, CHAT_TEMPLATE, MODEL_MAX_LENGTH, PRETOKENIZE_REGEX
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 #: SHA-256 of ``qwen.tiktoken`` in ``dashscope==2.0.2`` (checked when read).
 QWEN_TIKTOKEN_SHA256 = "b2b1b8dfb5cc5f024bafc373121c6aba3f66f9a5a0269e243470a1de16a33186"

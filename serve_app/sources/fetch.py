@@ -11,7 +11,6 @@ off at ``max_bytes``; connect, read and total times are bounded.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -21,9 +20,10 @@ import httpx
 
 from serve_app.config import SourcesConfig
 from serve_app.errors import PayloadTooLargeError, UnprocessableClipError, UpstreamTimeoutError
+from serve_app.log_limit import get_logger
 from serve_app.sources.rules import CheckedURL, check_url, tls_verify
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 

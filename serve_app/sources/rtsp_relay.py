@@ -21,9 +21,9 @@ import struct
 import threading
 from urllib.parse import urlsplit
 
-from serve_app.log_limit import LOG_LIMIT
+from serve_app.log_limit import LOG_LIMIT, get_logger
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 #: Longest RTSP message head (status line + headers) accepted from a camera, in bytes.
 MAX_HEAD_BYTES = 64 * 1024

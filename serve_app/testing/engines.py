@@ -21,15 +21,15 @@ with the ids each request reaches the engine with.
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
 
 from serve_app.config import ModelConfig
+from serve_app.log_limit import get_logger
 from serve_app.model.engines.base import Engine, EngineDeadError, GenerationChunk, GenerationRequest
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 #: Seconds per generated token (fast enough for tests, slow enough to be cancelled mid-stream).
 TOKEN_DELAY_S = 0.01

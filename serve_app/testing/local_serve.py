@@ -23,9 +23,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from serve_app.log_limit import get_logger
 from serve_app.testing.ports import free_port as free_port  # re-exported: tests take every local-Serve helper from here
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The real clips of the test suite (see tests/data/ATTRIBUTION.md).

@@ -32,7 +32,6 @@ Checked against CPython 3.11/3.12 and vLLM 0.24.0.
 from __future__ import annotations
 
 import contextlib
-import logging
 import multiprocessing
 import multiprocessing.context
 import multiprocessing.forkserver
@@ -41,7 +40,9 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-logger = logging.getLogger("ray.serve")
+from serve_app.log_limit import get_logger
+
+logger = get_logger(__name__)
 
 #: Modules the fork server imports before it forks anything: vLLM's engine core (it pulls in torch,
 #: transformers and vLLM's model registry) and this project's engine-core entry point

@@ -24,7 +24,6 @@ the replica; :data:`PARENT_ENV` then names the fork server. Checked against vLLM
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
 import threading
@@ -32,7 +31,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-logger = logging.getLogger("ray.serve")
+from serve_app.log_limit import get_logger
+
+logger = get_logger(__name__)
 
 #: Seconds between two looks at the parent's pid in the engine core.
 POLL_S = 0.5

@@ -10,7 +10,6 @@ token through a ``StoppingCriteria``.
 from __future__ import annotations
 
 import asyncio
-import logging
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING, Any, cast
 from transformers import AsyncTextIteratorStreamer
 
 from serve_app.config import ModelConfig
+from serve_app.log_limit import get_logger
 from serve_app.model.checkpoint import ensure_checkpoint, has_random_weights
 from serve_app.model.engines.base import Engine, EngineDeadError, GenerationChunk, GenerationRequest
 
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     import torch
     from transformers import BatchFeature, PreTrainedTokenizerBase
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 
 class TokenCountingStreamer(AsyncTextIteratorStreamer):

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import os
 import time
 from collections.abc import AsyncIterator
@@ -30,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from serve_app.config import ModelConfig
 from serve_app.decode.vision_patches import patchify_fields
+from serve_app.log_limit import get_logger
 from serve_app.model.checkpoint import ensure_checkpoint, has_random_weights
 from serve_app.model.engines import engine_process
 from serve_app.model.engines.base import Engine, EngineDeadError, GenerationChunk, GenerationRequest
@@ -39,7 +39,7 @@ from serve_app.protocol import SamplingOptions
 if TYPE_CHECKING:
     from vllm import SamplingParams  # vLLM is installed only on the GPU machine: Any here
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 
 #: Environment variable naming a JSON-lines file: when set, every request's stage timings
