@@ -316,7 +316,14 @@ class CameraReader:
         self._thread.join(timeout_s)
 
     def run(self) -> None:
-        """Reads, reconnecting with backoff, until stopped or a permanent error."""
+        """Reads, reconnecting with backoff, until stopped or a permanent error; the open window's frames
+        go when it ends (the container and source are closed by :meth:`_read_once`)."""
+        try:
+            self._read_until_stopped()
+        finally:
+            self.cutter.reset()
+
+    def _read_until_stopped(self) -> None:
         attempt = 0
         self.on_state("connecting", None)
         while not self._stop.is_set():
