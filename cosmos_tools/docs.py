@@ -184,7 +184,7 @@ def config_page() -> str:
     """``docs/reference/config.md``: every section and field of :class:`serve_app.config.AppConfig`."""
     intro = (
         "# Configuration reference\n\n"
-        "Every key of the application's typed config (`serve_app/config.py`, class `AppConfig`): the Serve "
+        "Every key of the application's typed config (`serve_app/config/`, class `AppConfig`): the Serve "
         "YAML's `args:` in `configs/*.yaml`. Unknown keys are refused when the config loads. Defaults are those "
         "of the model; each file in `configs/` overrides some of them (a deployment block given in part keeps "
         "the defaults of the keys it leaves out). Which settings people change, and why: "

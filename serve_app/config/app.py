@@ -1,0 +1,87 @@
+"""The whole application config (:class:`AppConfig`): every section, and the checks that span sections."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, ValidationInfo, field_validator, model_validator
+
+from serve_app.config.base import _Model
+from serve_app.config.clients import LimitsConfig, SecurityConfig, SourcesConfig
+from serve_app.config.decode import DecodeConfig
+from serve_app.config.deployments import (
+    DEPLOYMENT_DEFAULTS,
+    STREAM_API_SLOTS,
+    DeploymentOptions,
+    deployment_defaults,
+)
+from serve_app.config.model import ModelConfig
+from serve_app.config.streams import StreamsConfig
+
+
+class AppConfig(_Model):
+    """Everything ``build_app`` needs: the Serve YAML's ``args:``."""
+
+    model: ModelConfig = Field(default_factory=ModelConfig, description="Model replica settings.")
+    decode: DecodeConfig = Field(default_factory=DecodeConfig, description="Decoding and sampling.")
+    limits: LimitsConfig = Field(default_factory=LimitsConfig, description="Request limits.")
+    sources: SourcesConfig = Field(default_factory=SourcesConfig, description="Allowed clip sources.")
+    security: SecurityConfig = Field(default_factory=SecurityConfig, description="Defences against hostile clients.")
+    api_key_env: str | None = Field(
+        "COSMOS_SERVE_API_KEY",
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="Environment variable (in the ingress replica) holding the API key; unset/empty: no auth. "
+        "Every route but /healthz then needs 'Authorization: Bearer <key>'.",
+    )
+    ingress: DeploymentOptions = Field(
+        default_factory=lambda: DeploymentOptions(**DEPLOYMENT_DEFAULTS["ingress"]),
+        description="HTTP ingress deployment options (a partial block keeps the other defaults).",
+    )
+    decoder: DeploymentOptions = Field(
+        default_factory=lambda: DeploymentOptions(**DEPLOYMENT_DEFAULTS["decoder"]),
+        description="Video decode deployment options (CPU; autoscaled; a partial block keeps the other defaults).",
+    )
+    model_replica: DeploymentOptions = Field(
+        default_factory=lambda: DeploymentOptions(**DEPLOYMENT_DEFAULTS["model_replica"]),
+        description="Model deployment options (one GPU per replica in the GPU configs; a partial block keeps the "
+        "other defaults).",
+    )
+    streams: StreamsConfig = Field(default_factory=StreamsConfig, description="Live camera streams.")
+    stream_worker: DeploymentOptions = Field(
+        default_factory=lambda: DeploymentOptions(**DEPLOYMENT_DEFAULTS["stream_worker"]),
+        description="Stream-worker deployment options (one replica reads every registered camera; it never "
+        "takes the decode replicas that serve one-off clips; a partial block keeps the other defaults). Its "
+        "max_ongoing_requests must hold one long poll per event subscriber of every ingress replica plus "
+        f"{STREAM_API_SLOTS} for the streams API.",
+    )
+
+    @field_validator(*DEPLOYMENT_DEFAULTS, mode="before")
+    @classmethod
+    def _partial_deployment_block(cls, block: Any, info: ValidationInfo) -> Any:
+        assert info.field_name is not None
+        return deployment_defaults(info.field_name, block)
+
+    @model_validator(mode="after")
+    def _stream_worker_holds_every_subscriber(self) -> AppConfig:
+        if self.streams.max_streams == 0:
+            return self
+        ingress = self.ingress
+        replicas = ingress.num_replicas or int((ingress.autoscaling_config or {}).get("max_replicas", 1))
+        need = self.streams.max_subscribers * replicas + STREAM_API_SLOTS
+        have = self.stream_worker.max_ongoing_requests
+        if have < need:
+            raise ValueError(
+                f"stream_worker.max_ongoing_requests {have} is under {need}: each event subscriber holds a long poll "
+                f"on the stream worker (streams.max_subscribers {self.streams.max_subscribers} × {replicas} ingress "
+                f"replica(s)), plus {STREAM_API_SLOTS} for the streams API; raise it or lower streams.max_subscribers"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _stream_window_under_clip_limit(self) -> AppConfig:
+        if self.streams.max_window_frames > self.limits.max_frames:
+            raise ValueError(
+                f"streams.max_window_frames {self.streams.max_window_frames} exceeds limits.max_frames "
+                f"{self.limits.max_frames}: a stream window may not hold more frames than a clip"
+            )
+        return self

@@ -1,0 +1,234 @@
+"""The model replica (``model:``): checkpoint, engine and its arguments, generation defaults, warm-up."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from serve_app.config.base import _Model
+from serve_app.model_facts import (
+    COSMOS_MAX_TOKENS,
+    COSMOS_REPETITION_PENALTY,
+    COSMOS_SYSTEM_PROMPT,
+    COSMOS_TEMPERATURE,
+    COSMOS_TOP_P,
+    MAX_PIXELS,
+    MIN_PIXELS,
+    PIXEL_FACTOR,
+    TEMPORAL_PATCH_SIZE,
+)
+
+
+class SamplingDefaults(_Model):
+    """Generation defaults: NVIDIA's Cosmos-Reason1 inference recipe."""
+
+    temperature: float = Field(
+        COSMOS_TEMPERATURE, ge=0, le=2, description="Sampling temperature (recipe: 0.6; under 1e-5: greedy)."
+    )
+    top_p: float = Field(COSMOS_TOP_P, gt=0, le=1, description="Nucleus sampling mass (recipe: 0.95).")
+    repetition_penalty: float = Field(
+        COSMOS_REPETITION_PENALTY,
+        ge=0.01,
+        le=2,
+        description="Repetition penalty (recipe: 1.05; at least 0.01: a smaller one overflows the logits).",
+    )
+    max_tokens: int = Field(COSMOS_MAX_TOKENS, gt=0, description="Default output budget in tokens (recipe: 4096).")
+
+
+#: Prompt tokens of a warm-up request besides its video (system prompt, question, chat markup): an upper
+#: bound for the project's system prompts (the GPU bench's whole prompt has 33 besides its 8,100 video tokens).
+WARMUP_TEXT_TOKENS = 256
+
+
+class ModelConfig(_Model):
+    """The model replica: which checkpoint, which engine, which defaults."""
+
+    model_id: str = Field(
+        "nvidia/Cosmos-Reason1-7B", description="Hub id or local checkpoint directory (relative: to the cwd)."
+    )
+    served_model_name: str | None = Field(None, description="Name reported in responses; default: model_id.")
+    backend: str = Field(
+        "vllm",
+        pattern=r"^(transformers|vllm|[\w.]+:\w+)$",
+        description="Engine: `transformers` (CPU, tests, laptop), `vllm` (GPU, AsyncLLM), or an import "
+        "path `module:factory` returning a serve_app.model.engines.base.Engine (tests inject engines this way).",
+    )
+    checkpoint: Literal["tiny-random", "full-dummy"] | None = Field(
+        None,
+        description="Build this generated checkpoint at model_id on first start if missing "
+        "(python -m serve_app.checkpoint). None: model_id must already exist or be a hub id.",
+    )
+    engine_args: dict[str, Any] = Field(
+        default_factory=dict, description="vLLM engine arguments, passed to AsyncEngineArgs unchanged."
+    )
+    processor_kwargs: dict[str, Any] = Field(
+        default_factory=dict,
+        description="vllm backend: extra HF processor kwargs for every request, e.g. {device: cuda} to "
+        "normalize/patchify on the GPU (the true fps always goes with each request as video metadata). With "
+        "patchify `table` only `device` is read (where the table runs); the HF processor does not run.",
+    )
+    preprocess_threads: int = Field(
+        0,
+        ge=0,
+        description="vllm backend: threads running vLLM's input processing (HF processor, or the table "
+        "patchify) off the replica's event loop, several clips at once. 0: inline in the event loop, as plain "
+        "vLLM does (with patchify `table` the patchify then blocks the event loop too).",
+    )
+    pixel_handoff: Literal["as_is", "bf16", "bf16_cpu"] = Field(
+        "as_is",
+        description="vllm backend, with preprocess_threads > 0: how the processed pixel tensor "
+        "(pixel_values_videos, float32 from the HF processor) is handed to vLLM's engine core. `as_is`: "
+        "unchanged (with the GPU processor vLLM copies it GPU -> CPU on the replica's event loop while "
+        "serialising); `bf16`: cast to bfloat16 in the preprocessing thread (half the bytes; the vision "
+        "tower casts to bf16 first anyway, so the numbers are identical); `bf16_cpu`: cast and copy to "
+        "host memory in the preprocessing thread, so the event loop only hands over host bytes. No effect with "
+        "patchify `table` or vision_input `patches` (the pixels are bf16 in host memory already).",
+    )
+    vision_input: Literal["frames", "patches"] = Field(
+        "frames",
+        description="How clips reach the engine. `frames`: uint8 frames; the engine's HF processor normalises "
+        "and patchifies them in the model replica (on the GPU with processor_kwargs {device: cuda}; or the "
+        "project's table, see `patchify`). `patches`: "
+        "the CPU decode tier (and the stream workers) normalise and patchify each clip into the vision tower's "
+        "bf16 input (identical values; serve_app/decode/vision_patches.py) and the replica hands it to the engine with "
+        "no processor run; needs backend `vllm` (or an injected engine) and sets engine_args.enable_mm_embeds.",
+    )
+    patchify: Literal["processor", "table"] = Field(
+        "processor",
+        description="vllm backend, vision_input `frames`: how the model replica turns a clip's frames into the "
+        "vision tower's input. `processor`: vLLM's HF processor (processor_kwargs apply). `table`: the project's "
+        "lookup-table patchify (serve_app/decode/vision_patches.py: the same bf16 values) as torch ops on "
+        "processor_kwargs.device (cuda: one upload of the uint8 frames, one download of the bf16 rows; cpu: "
+        "numpy), in the preprocessing threads (inline without them), handed to the engine as processed "
+        "fields; sets engine_args.enable_mm_embeds. "
+        "With vision_input `patches` no frames reach the replica and this has no effect.",
+    )
+    engine_process: Literal["forkserver", "spawn"] = Field(
+        "forkserver",
+        description="vllm backend: how the engine-core process (the one holding the GPU) is started. "
+        "`forkserver`: forked from a server that imports vLLM while the replica does, so the engine core does "
+        "not import vLLM a second time after the replica (18 s of an 84-s warm start on the H200, "
+        "results/gpu/lifecycle/); `spawn`: vLLM's own choice inside a Ray actor (a fresh interpreter that "
+        "imports vLLM again). Engine arguments with numa_bind always use spawn (vLLM swaps the executable).",
+    )
+    compile_cache_dir: str | None = Field(
+        None,
+        description="vllm backend: directory for vLLM's torch.compile/AOT artifacts, Inductor's and Triton's "
+        "kernel caches (sets VLLM_CACHE_ROOT, TORCHINDUCTOR_CACHE_DIR and TRITON_CACHE_DIR under it for the "
+        "replica and its engine core). A later start with the same model and engine arguments loads the "
+        "compiled graphs from it instead of compiling (the replica logs whether it was warm). Put it on a "
+        "volume the model pods share (KubeRay) or a local directory that survives restarts. None: vLLM's "
+        "defaults (~/.cache/vllm, ~/.triton, /tmp/torchinductor_$USER).",
+    )
+    device: str = Field("cpu", description="torch device of the transformers backend.")
+    max_concurrent_requests: int = Field(
+        1, ge=1, description="transformers backend: requests generated at once (a lock; CPU generate is serial)."
+    )
+    system_prompt: str = Field(COSMOS_SYSTEM_PROMPT, description="System prompt (default: the Cosmos-Reason1 one).")
+    sampling: SamplingDefaults = Field(default_factory=SamplingDefaults, description="Generation defaults.")
+    max_model_len: int | None = Field(
+        None,
+        gt=0,
+        description="The engine's context length in tokens (prompt, video and output). None: vLLM's "
+        "engine_args.max_model_len. A clip whose video tokens do not fit is refused with 400 before the engine.",
+    )
+    allow_ignore_eos: bool = Field(
+        False, description="Accept the benchmark-only `ignore_eos` request option (random-weight models)."
+    )
+    warmup: bool = Field(True, description="Send warm-up clips through the engine when the replica starts.")
+    warmup_clips: int = Field(
+        1,
+        ge=1,
+        le=256,
+        description="Warm-up clips sent at once, with the sampling defaults of real requests. 16 or more "
+        "(batches of 8-15 and of 16 sequences both occur) make vLLM 0.24 compile its batch-size-specialised "
+        "top-k/top-p sampler kernel (Triton, used from 8 sequences) before the replica "
+        "reports ready instead of during the first burst of clips (results/gpu/NOTES.md, session 5: the first "
+        "64-clip burst after start ran at 2.06 clips/s, the next at 2.49). It does not make the first burst "
+        "fully warm: session 6's graph ran its first burst after 32 warm-up clips at 2.47-2.53, later 3.06.",
+    )
+    warmup_clip_shape: tuple[int, int, int] = Field(
+        (2, 336, 336),
+        description="Warm-up clip (frames, height, width) in pixels, uint8 zeros; an even number of frames "
+        "(>= 2, as every decoded clip: engines take T even), height and width multiples "
+        "of 28, a frame area of 4·28² to 16384·28² px (the Qwen2.5-VL processor's min/max_pixels). Use the "
+        "shape of real clips (e.g. [40, 420, 756]: a 10-s 16:9 window at 4 fps) to warm their shapes too.",
+    )
+    warmup_max_tokens: int = Field(2, ge=1, le=1024, description="Output tokens per warm-up clip.")
+    warmup_decode_sweep: int = Field(
+        0,
+        ge=0,
+        le=1024,
+        description="After the warm-up clips, this many tiny clips (2 frames of 56x56 px, 4 video tokens) at once, "
+        "clip i asking for i+1 output tokens (end-of-sequence ignored), with the sampling defaults of real "
+        "requests: every decode batch size from this number down to 1 runs once, so the kernels vLLM compiles "
+        "per batch shape (Triton sampler and slot-mapping kernels) are compiled before the replica reports "
+        "ready, not during the first burst. Costs about this many decode steps. Set it to the engine's "
+        "max_num_seqs; 0: off.",
+    )
+    stream_interval_ms: float = Field(
+        50.0,
+        ge=0,
+        description="Merge token deltas leaving the model replica over this many ms (0: one item per delta); "
+        "the first delta is never held. 50 ms is Ray Serve LLM's default (RAYLLM_MODEL_RESPONSE_BATCH_TIMEOUT_MS).",
+    )
+
+    @model_validator(mode="after")
+    def _no_video_pruning(self) -> ModelConfig:
+        rate = self.engine_args.get("video_pruning_rate")
+        if rate:  # None or 0: off
+            raise ValueError(
+                f"model.engine_args.video_pruning_rate {rate} (EVS) is refused: vLLM 0.24 casts Qwen2.5-VL's "
+                "seconds per frame pair to an integer when pruning (second_per_grid_ts.long() in "
+                "qwen2_5_vl.py), so at 4 fps (0.5 s) every frame gets temporal position 0, and its engine died "
+                "under 64 clips in flight (issue 12); remove video_pruning_rate"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _warmup_shape(self) -> ModelConfig:
+        t, h, w = self.warmup_clip_shape
+        bad_t = t < TEMPORAL_PATCH_SIZE or t % TEMPORAL_PATCH_SIZE
+        if bad_t or h % PIXEL_FACTOR or w % PIXEL_FACTOR or not MIN_PIXELS <= h * w <= MAX_PIXELS:
+            raise ValueError(
+                f"model.warmup_clip_shape {list(self.warmup_clip_shape)}: needs an even number of frames "
+                f"(>= {TEMPORAL_PATCH_SIZE}), height and width "
+                f"multiples of {PIXEL_FACTOR} and a frame area of {MIN_PIXELS}..{MAX_PIXELS} px (the sizes the "
+                "vision processor keeps)"
+            )
+        context = self.context_tokens
+        video_tokens = (t // TEMPORAL_PATCH_SIZE) * (h // PIXEL_FACTOR) * (w // PIXEL_FACTOR)
+        if context and video_tokens + WARMUP_TEXT_TOKENS + self.warmup_max_tokens > context:
+            raise ValueError(
+                f"model.warmup_clip_shape {list(self.warmup_clip_shape)} makes {video_tokens} video tokens; with "
+                f"~{WARMUP_TEXT_TOKENS} prompt tokens and warmup_max_tokens {self.warmup_max_tokens} that exceeds "
+                f"the engine's context of {context} tokens (max_model_len): use a smaller warm-up clip"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _processed_input_needs_vllm(self) -> ModelConfig:
+        """Patches from the decode tier and the table patchify hand vLLM processed fields; the
+        transformers backend runs its own processor on frames."""
+        if self.backend != "transformers":
+            return self
+        frames_only = (("vision_input", self.vision_input, "frames"), ("patchify", self.patchify, "processor"))
+        for name, value, default in frames_only:
+            if value != default:
+                raise ValueError(
+                    f"model.{name} '{value}' needs backend 'vllm' (the transformers backend runs its own "
+                    f"processor on frames); use {name} '{default}'"
+                )
+        return self
+
+    @property
+    def name(self) -> str:
+        """The model name reported to clients."""
+        return self.served_model_name or self.model_id
+
+    @property
+    def context_tokens(self) -> int | None:
+        """The engine's context length in tokens: ``max_model_len``, else ``engine_args.max_model_len``."""
+        value = self.max_model_len or self.engine_args.get("max_model_len")
+        return int(value) if value else None
