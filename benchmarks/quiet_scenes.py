@@ -2,7 +2,7 @@
 
 Each clip is read as the stream worker reads a camera: PyAV decode, frames kept on the 4-fps
 grid by :class:`serve_app.cameras.windows.WindowCutter`, held as the model-size YUV 4:2:0 frames
-of :class:`serve_app.cameras.reader.HeldFrames` (``configs/cpu.yaml``'s pixel budget), cut into
+of :class:`serve_app.cameras.held.HeldFrames` (``configs/cpu.yaml``'s pixel budget), cut into
 10-s windows; :class:`serve_app.cameras.scene_change.QuietScenePolicy` then decides per window, as a
 stream with ``skip_unchanged`` would (every window it sends counts as answered). Per clip and
 threshold: windows, windows skipped, labelled-motion windows skipped (target 0), and the
@@ -26,7 +26,7 @@ import av
 import numpy as np
 
 from benchmarks.result import command, machine, write_result
-from serve_app.cameras.reader import HeldFrames
+from serve_app.cameras.held import HeldFrames
 from serve_app.cameras.scene_change import THRESHOLD, QuietScenePolicy, held_luma, synthetic_scene
 from serve_app.cameras.windows import Window, WindowCutter
 from serve_app.config import AppConfig

@@ -18,6 +18,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Protocol
 
+from serve_app.cameras.held import ReadyWindow
 from serve_app.cameras.protocol import (
     RANDOM_WEIGHTS_NOTE,
     AlertEvent,
@@ -31,7 +32,7 @@ from serve_app.cameras.protocol import (
     StreamState,
     WindowTimes,
 )
-from serve_app.cameras.reader import CameraReader, ReadyWindow
+from serve_app.cameras.reader import CameraReader
 from serve_app.cameras.scene_change import QuietScenePolicy
 from serve_app.cameras.store import StreamStore
 from serve_app.cameras.windows import EventLog, NewestWinsQueue, Percentiles

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from serve_app.cameras.answering import Ask, LiveStream, NoMetrics, Prepare, StreamMetrics, WindowAnswering
+from serve_app.cameras.held import ReadyWindow
 from serve_app.cameras.protocol import (
     EventBatch,
     SkippedEvent,
@@ -34,7 +35,7 @@ from serve_app.cameras.protocol import (
     WebhookCounts,
     WindowTimes,
 )
-from serve_app.cameras.reader import CameraReader, ReadyWindow
+from serve_app.cameras.reader import CameraReader
 from serve_app.cameras.rules import check_stream_limits, frames_per_window, mib, stream_frame_bytes
 from serve_app.cameras.scene_change import SkipDecision
 from serve_app.cameras.store import StreamStore

@@ -14,7 +14,7 @@ A stream holds frames for as long as it runs, so the stream worker's memory is b
   registered or resumed (:class:`serve_app.cameras.registry.StreamRegistry`); a stream that does
   not fit is refused (503 naming the budget) or, resumed, failed with the reason.
 
-How a stream holds its frames (:mod:`serve_app.cameras.reader`): the frames of the window being
+How a stream holds its frames (:mod:`serve_app.cameras.held`): the frames of the window being
 filled and of the windows waiting for the model are kept at the model's size in planar YUV 4:2:0
 (1.5 bytes per pixel, half of RGB); a window becomes an RGB clip (3 bytes per pixel; the vision
 tower's bf16 patches with ``model.vision_input: patches``: 6 more) only when the model takes it,

@@ -8,7 +8,7 @@ allows private networks. The checks run where the source is read (the
 decoder replica). Everything that connects to a URL connects to the very
 address checked here (:meth:`CheckedURL.pinned` for httpx: :mod:`serve_app.sources.fetch`,
 :mod:`serve_app.cameras.webhook`, :mod:`serve_app.sources.http_source`; the RTSP relay for
-:mod:`serve_app.decode.capture` and :mod:`serve_app.cameras.reader`), never to the
+:mod:`serve_app.decode.capture` and :mod:`serve_app.cameras.opening`), never to the
 name again, so a DNS answer that changes between check and use (DNS
 rebinding) cannot redirect it inside; https still sends the name as SNI and
 verifies the certificate against the name.

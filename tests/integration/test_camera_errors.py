@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from serve_app.cameras.opening import mp4_index_after_media
 from serve_app.cameras.protocol import StreamCreate
-from serve_app.cameras.reader import mp4_index_after_media
 from serve_app.cameras.registry import StreamRegistry
 from serve_app.cameras.routes import validate_stream
 from serve_app.cameras.store import StreamStore

@@ -16,8 +16,8 @@ import av
 import numpy as np
 import pytest
 
+from serve_app.cameras.held import HeldFrames, ReadyWindow
 from serve_app.cameras.protocol import StreamCreate
-from serve_app.cameras.reader import HeldFrames, ReadyWindow
 from serve_app.cameras.registry import StreamRegistry
 from serve_app.cameras.routes import validate_stream
 from serve_app.cameras.rules import COMPACT_BYTES_PER_PIXEL, stream_frame_bytes

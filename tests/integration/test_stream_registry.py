@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from serve_app.cameras.held import jpeg_thumbnail
 from serve_app.cameras.protocol import AlertEvent, AlertRule, AnswerEvent, StreamCreate
-from serve_app.cameras.reader import jpeg_thumbnail
 from serve_app.cameras.registry import StreamRegistry, redact
 from serve_app.cameras.store import StreamStore
 from serve_app.cameras.webhook import Webhooks

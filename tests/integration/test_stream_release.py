@@ -15,8 +15,9 @@ import weakref
 from collections.abc import Iterator
 from pathlib import Path
 
+from serve_app.cameras.held import ReadyWindow
 from serve_app.cameras.protocol import StreamCreate, StreamState
-from serve_app.cameras.reader import CameraReader, ReadyWindow
+from serve_app.cameras.reader import CameraReader
 from serve_app.cameras.registry import StreamRegistry
 from serve_app.cameras.store import StreamStore
 from serve_app.config import AppConfig
