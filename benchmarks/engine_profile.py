@@ -162,7 +162,7 @@ async def _burst(llm: Any, prompts: list[dict], sampling: Any, tag: str, stagger
 
 def _prompts(clips: list[Any], mode: str, extra_processor_kwargs: dict[str, Any]) -> list[dict]:
     """Engine prompts for the clips, each with a fresh multimodal id (no cache can serve it)."""
-    from serve_app.model.engines.vllm_engine import processor_kwargs
+    from serve_app.model.engines.vllm_inputs import processor_kwargs
     from serve_app.model.prompt import render_prompt
 
     text = render_prompt(QUESTION, SYSTEM_PROMPT)
@@ -187,7 +187,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
     from serve_app.config import app_config_from_file
     from serve_app.decode.vision_patches import patchify
-    from serve_app.model.engines.vllm_engine import accept_processed_video
+    from serve_app.model.engines.vllm_patches import accept_processed_video
     from serve_app.model_facts import COSMOS_REPETITION_PENALTY, COSMOS_TEMPERATURE, COSMOS_TOP_P
 
     files = window_files(args)

@@ -75,7 +75,7 @@ def _server_breakdown(server: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _engine_breakdown(path: Path, request_ids: set[str] | None = None) -> dict[str, Any]:
-    """Per-stage summaries (ms) of the engine timing rows (see ``vllm_engine.TIMINGS_ENV``)."""
+    """Per-stage summaries (ms) of the engine timing rows (see ``vllm_timings.TIMINGS_ENV``)."""
     if not path.exists():
         return {}
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

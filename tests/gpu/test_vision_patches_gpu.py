@@ -25,7 +25,7 @@ def input_processor():
     from vllm.v1.engine.input_processor import InputProcessor
 
     from serve_app.model.checkpoint import ensure_checkpoint
-    from serve_app.model.engines.vllm_engine import accept_processed_video
+    from serve_app.model.engines.vllm_patches import accept_processed_video
 
     ensure_checkpoint("full-dummy", DUMMY)
     args = EngineArgs(model=str(DUMMY), load_format="dummy", enable_mm_embeds=True, max_model_len=16384)
@@ -36,7 +36,7 @@ def input_processor():
 def _process(input_processor, request, table_device=None):
     from vllm.sampling_params import SamplingParams
 
-    from serve_app.model.engines.vllm_engine import engine_prompt
+    from serve_app.model.engines.vllm_inputs import engine_prompt
 
     prompt = engine_prompt(request, None, table_device)
     params = SamplingParams(max_tokens=8)

@@ -13,7 +13,7 @@ import torch
 
 from serve_app.decode.clip import DecodedClip
 from serve_app.decode.vision_patches import PATCH_VALUES, bf16_table, patchify
-from serve_app.model.engines.vllm_engine import processor_kwargs
+from serve_app.model.engines.vllm_inputs import processor_kwargs
 
 VIDEO = "<|vision_start|><|video_pad|><|vision_end|>"
 

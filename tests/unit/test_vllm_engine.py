@@ -9,7 +9,8 @@ import torch
 
 from serve_app.config import app_config_from_file
 from serve_app.model.engines.base import GenerationRequest, SamplingOptions
-from serve_app.model.engines.vllm_engine import engine_prompt, processor_kwargs, unknown_engine_args
+from serve_app.model.engines.vllm_inputs import engine_prompt, processor_kwargs
+from serve_app.model.engines.vllm_startup import unknown_engine_args
 from serve_app.model.prompt import render_prompt
 from serve_app.model_facts import DEFAULT_SYSTEM_PROMPT
 
@@ -99,7 +100,7 @@ def _engine_request():
 def test_pixel_handoff_casts_only_pixels_and_keeps_the_numbers_the_vision_tower_sees(mode):
     import torch
 
-    from serve_app.model.engines.vllm_engine import handoff_pixels
+    from serve_app.model.engines.vllm_inputs import handoff_pixels
 
     req, pixels = _engine_request()
     nbytes = handoff_pixels(req, mode)
@@ -244,7 +245,7 @@ def test_video_pruning_is_refused_with_the_reason(rate):
 
 
 def test_the_compile_cache_env_keeps_every_compiler_under_one_folder(tmp_path):
-    from serve_app.model.engines.vllm_engine import compile_cache_env
+    from serve_app.model.engines.vllm_startup import compile_cache_env
 
     env = compile_cache_env(str(tmp_path / "cache"))
     assert env == {"VLLM_CACHE_ROOT": str(tmp_path / "cache" / "vllm"),
@@ -254,7 +255,7 @@ def test_the_compile_cache_env_keeps_every_compiler_under_one_folder(tmp_path):
 
 
 def test_the_start_says_whether_the_compile_cache_was_warm(tmp_path):
-    from serve_app.model.engines.vllm_engine import cache_state
+    from serve_app.model.engines.vllm_startup import cache_state
 
     assert cache_state(str(tmp_path)).startswith("cold")
     (tmp_path / "torch_compile_cache" / "abc" / "rank_0_0").mkdir(parents=True)

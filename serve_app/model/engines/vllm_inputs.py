@@ -1,0 +1,133 @@
+"""What one request hands vLLM: the prompt dict (text, the clip, processor kwargs), the sampling
+parameters, and the processed pixels prepared for the engine core.
+
+Each request carries its clip as one ``(T, H, W, 3) uint8`` array already at the processor's exact
+size, plus the true sampling fps as video metadata, so Qwen2.5-VL's temporal positions are
+right (0.5 s per frame pair at 4 fps); or as patches / table-patchified fields that skip the HF
+processor (:func:`serve_app.model.engines.vllm_patches.accept_processed_video`).
+
+Why metadata and not ``mm_processor_kwargs={"fps": 4}``: with transformers
+5.x the Qwen2.5-VL processor derives ``second_per_grid_ts`` from
+``video_metadata.sampled_fps`` and falls back to 24 fps when no metadata is
+given; a bare ``fps`` kwarg only drives frame *sampling*, which is off here
+(``do_sample_frames=False``). vLLM 0.24's Qwen2-VL data parser drops
+per-item metadata, so it is passed as a processor kwarg instead (vLLM
+forwards processor kwargs to the HF processor call).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from serve_app.decode.vision_patches import patchify_fields
+from serve_app.model.engines.base import GenerationRequest
+from serve_app.protocol import SamplingOptions
+
+if TYPE_CHECKING:
+    from vllm import SamplingParams  # vLLM is installed only on the GPU machine: Any here
+
+
+def processor_kwargs(n_frames: int, fps: float, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Per-request HF processor kwargs for a clip of ``n_frames`` sampled at ``fps`` (frames/s).
+
+    ``extra`` (e.g. ``{"device": "cuda"}`` to run the processor on the GPU) is merged in.
+    """
+    kwargs: dict[str, Any] = {
+        "video_metadata": [{"total_num_frames": int(n_frames), "fps": float(fps)}],
+        "do_sample_frames": False,  # frames are already sampled by timestamp in the decode tier
+        "cap_pixels_per_frame": False,  # and already sized to the Cosmos pixel budget
+    }
+    kwargs.update(extra or {})
+    return kwargs
+
+
+def sampling_params(s: SamplingOptions) -> SamplingParams:
+    """vLLM ``SamplingParams`` (delta outputs) for the project's sampling options."""
+    from vllm import SamplingParams
+    from vllm.sampling_params import RequestOutputKind
+
+    return SamplingParams(
+        max_tokens=s.max_tokens,
+        temperature=s.temperature,
+        top_p=s.top_p,
+        repetition_penalty=s.repetition_penalty,
+        seed=s.seed,
+        ignore_eos=s.ignore_eos,
+        skip_special_tokens=True,
+        output_kind=RequestOutputKind.DELTA,
+    )
+
+
+def engine_prompt(
+    request: GenerationRequest,
+    extra_processor_kwargs: dict[str, Any] | None = None,
+    table_device: str | None = None,
+) -> dict[str, Any]:
+    """The vLLM prompt dict of one request: text, the clip, and processor kwargs.
+
+    A clip that arrives as patches (:attr:`GenerationRequest.patches`) goes in as processed
+    fields (see :func:`~serve_app.model.engines.vllm_patches.accept_processed_video`): no HF processor
+    runs for it. With ``table_device`` (``model.patchify: table``), frames are patchified here on that torch device
+    (:func:`serve_app.decode.vision_patches.patchify_fields`) and go in as processed fields too. Otherwise
+    frames go in as frames, with the processor kwargs that give the true temporal positions.
+
+    The clip gets the request id as its multimodal UUID: every request is a new
+    clip, so vLLM hashes the short id instead of 38 MB of pixels (the hash
+    keys the multimodal caches, which can never hit across requests here).
+
+    Raises:
+        ValueError: frames the table patchify cannot take (see :func:`serve_app.decode.vision_patches.patchify`).
+    """
+    if request.patches is not None:
+        return {
+            "prompt": request.prompt,
+            "multi_modal_data": {"video": request.patches.video_input()},
+            "multi_modal_uuids": {"video": [request.media_uuid]},
+        }
+    assert request.frames is not None  # a request carries frames or patches
+    if table_device is not None:
+        return {
+            "prompt": request.prompt,
+            "multi_modal_data": {"video": patchify_fields(request.frames, request.fps, table_device)},
+            "multi_modal_uuids": {"video": [request.media_uuid]},
+        }
+    return {
+        "prompt": request.prompt,
+        "multi_modal_data": {"video": request.frames},
+        "multi_modal_uuids": {"video": [request.media_uuid]},
+        "mm_processor_kwargs": processor_kwargs(request.frames.shape[0], request.fps, extra_processor_kwargs),
+    }
+
+
+def handoff_pixels(engine_request: Any, mode: str) -> int:
+    """Prepares the processed pixel tensors of an ``EngineCoreRequest`` for the engine core.
+
+    Args:
+        engine_request: vLLM's ``EngineCoreRequest`` (its ``mm_features[i].data`` items hold
+            ``pixel_values_videos``: ``(patches, 3·2·14·14)`` float32, on the GPU with the GPU processor).
+        mode: ``as_is`` (nothing), ``bf16`` (cast to bfloat16 where the tensor is) or ``bf16_cpu``
+            (cast, then copy to host memory). vLLM's Qwen2.5-VL vision tower casts its input to
+            the model dtype first (``x.to(device=..., dtype=self.dtype)``), so bf16 here changes no
+            number; it halves the bytes that cross to the engine core process.
+
+    Returns:
+        Bytes of pixel data handed over after the change.
+    """
+    import torch
+
+    total = 0
+    for feature in getattr(engine_request, "mm_features", None) or []:
+        item = feature.data
+        if item is None:
+            continue
+        for key, elem in item.items():
+            t = elem.data
+            if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+                continue
+            if key.startswith("pixel_values") and mode != "as_is":
+                t = t.to(torch.bfloat16)
+                if mode == "bf16_cpu":
+                    t = t.cpu()
+                elem.data = t
+            total += t.nbytes
+    return total
