@@ -5,9 +5,10 @@ config exactly as a user starts it (its own process group, the terminal's defaul
 one JSON result with its command. Steps (``--steps``, in order, comma-separated):
 
 * ``start``: ``serve run`` → the first answered query (``POST /v1/video/query``, 8 tokens, polled every
-  0.5 s), the start broken into phases from the log (:func:`start_phases`), and whether vLLM's compile
-  cache was warm. ``--stacks-every-s`` samples the model replica's and engine core's Python stacks with
-  py-spy meanwhile (a file under the result's folder) to find where a slow start spends its time.
+  0.5 s), the start broken into phases from the log (:func:`benchmarks.lifecycle_log.start_phases`), and
+  whether vLLM's compile cache was warm. ``--stacks-every-s`` samples the model replica's and engine core's
+  Python stacks with py-spy meanwhile (a file under the result's folder) to find where a slow start spends its
+  time.
 * ``burst``: ``--burst`` distinct 10-s windows at once through ``vllm bench serve`` (vLLM's own client,
   ``/v1/chat/completions``, 256 tokens, ``ignore_eos``); clips/s. Two bursts after a start give the
   first-burst ratio.
@@ -22,6 +23,9 @@ one JSON result with its command. Steps (``--steps``, in order, comma-separated)
   ``ray stop``; then the seconds until the GPU's
   memory is back to idle and the engine processes left. Whatever a stop leaves is then cleaned up by
   force (and recorded), so the next step starts clean.
+
+The log reading is in :mod:`benchmarks.lifecycle_log`, the GPU and process inspection and the clean-up in
+:mod:`benchmarks.lifecycle_procs`; this module holds the steps (:class:`Lifecycle`) and the command line.
 """
 
 from __future__ import annotations
@@ -32,7 +36,6 @@ import contextlib
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -43,6 +46,16 @@ from typing import Any
 
 import httpx
 
+from benchmarks.lifecycle_log import start_phases
+from benchmarks.lifecycle_procs import (
+    dump_stacks,
+    engine_processes,
+    force_clean,
+    gpu_name,
+    gpu_state,
+    ray_processes,
+    wait_gpu_idle,
+)
 from serve_app.config import load_serve_config
 
 #: Windows at the end of --windows-dir that single queries use (bursts use distinct ones from the front,
@@ -54,152 +67,6 @@ QUESTIONS = (
     "Describe any unusual activity in this clip.",
     "How many vehicles move through the scene, and where do they go?",
 )
-#: GPU memory (MiB) under which a GPU counts as idle (the driver's own use is a few hundred MiB).
-IDLE_MIB = 1024
-#: The log lines that mark the model replica's start phases (regex → phase name), in order.
-PHASE_MARKS = (
-    (r"ingress ready", "ingress_ready"),
-    (r"decode replica ready", "decoder_ready"),
-    (r"stream worker ready", "stream_worker_ready"),
-    (r"Adding 1 replica to Deployment\(name='VideoModel'", "replica_added"),
-    (r"Resolved architecture", "vllm_config"),
-    (r"Initializing a V1 LLM engine", "engine_core_started"),
-    (r"init engine \(profile, create kv cache, warmup model\) took", "engine_ready"),
-    (r"vLLM AsyncLLM ready in", "asyncllm_ready"),
-    (r"warm-up: \d+ clips", "warmup_done"),
-    (r"model replica ready in", "replica_ready"),
-)
-_RAY_TS = re.compile(r"(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}),(\d{3})")
-_VLLM_TS = re.compile(r"\b(\d{2}-\d{2} \d{2}:\d{2}:\d{2})\b")
-
-
-def line_time(line: str, year: int) -> float | None:
-    """Epoch seconds of a Ray (``2026-12-01 19:47:01,254``) or vLLM (``12-01 19:47:25``) log line's
-    timestamp (local time), or None when it has none."""
-    if m := _RAY_TS.search(line):
-        return datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S").timestamp() + int(m.group(2)) / 1000
-    if m := _VLLM_TS.search(line):
-        return datetime.strptime(f"{year}-{m.group(1)}", "%Y-%m-%d %H:%M:%S").timestamp()
-    return None
-
-
-def start_phases(log: str, since: float, year: int) -> dict[str, Any]:
-    """The model replica's start phases from a ``serve run`` log (pure).
-
-    Args:
-        log: the log text.
-        since: epoch seconds of the ``serve run`` start (earlier lines are ignored).
-        year: the year of vLLM's year-less timestamps.
-
-    Returns:
-        ``marks_s``: seconds from ``since`` to the last occurrence of each :data:`PHASE_MARKS` line, and
-        the figures vLLM and the replica print (``init_engine_s``, ``compile_s``, ``graph_capture_s``,
-        ``warmup_s``, ``replica_ready_s``, ``compile_cache``) where present.
-    """
-    marks: dict[str, float] = {}
-    out: dict[str, Any] = {"marks_s": marks}
-    figures = (
-        (r"init engine .* took ([\d.]+) s \(compilation: ([\d.]+) s", ("init_engine_s", "compile_s")),
-        (r"Graph capturing finished in ([\d.]+) secs", ("graph_capture_s",)),
-        (r"warm-up: \d+ clips of .*? in ([\d.]+) s", ("warmup_s",)),
-        (r"first clip alone ([\d.]+) s; decode sweep of \d+: ([\d.]+) s", ("warmup_first_clip_s", "warmup_sweep_s")),
-        (r"model replica ready in ([\d.]+) s", ("replica_ready_s",)),
-        (r"preflight \+ vLLM import ([\d.]+) s", ("replica_import_s",)),
-    )
-    for line in log.splitlines():
-        t = line_time(line, year)
-        if t is None or t < since - 1:
-            continue
-        for pattern, name in PHASE_MARKS:
-            if re.search(pattern, line):
-                marks[name] = round(t - since, 1)
-        for pattern, names in figures:
-            if m := re.search(pattern, line):
-                out.update({n: float(v) for n, v in zip(names, m.groups(), strict=True)})
-        if m := re.search(r"compile cache (warm|cold)", line):
-            out["compile_cache"] = m.group(1)
-    return out
-
-
-def gpu_state() -> dict[str, Any]:
-    """GPU memory used (MiB, summed over GPUs) and the compute processes (``pid``, ``name``, ``mib``): nvidia-smi."""
-    if shutil.which("nvidia-smi") is None:  # a CPU machine: nothing to hold
-        return {"used_mib": 0, "processes": []}
-    used = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
-                          capture_output=True, text=True, check=False).stdout.split()
-    apps = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,process_name,used_memory",
-                           "--format=csv,noheader,nounits"], capture_output=True, text=True, check=False).stdout
-    procs = []
-    for row in apps.strip().splitlines():
-        pid, name, mib = (x.strip() for x in row.split(","))
-        procs.append({"pid": int(pid), "name": name, "mib": int(mib) if mib.isdigit() else None})
-    return {"used_mib": sum(int(x) for x in used if x.isdigit()), "processes": procs}
-
-
-def gpu_name() -> str | None:
-    """The GPU's name (nvidia-smi), or None on a machine without one."""
-    if shutil.which("nvidia-smi") is None:
-        return None
-    return subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                          text=True, check=False).stdout.strip() or None
-
-
-def engine_processes() -> list[dict[str, Any]]:
-    """Live vLLM engine-core and model-replica processes (``pid``, ``ppid``, ``cmd``).
-
-    An engine core is recognised by vLLM's title (``VLLM::EngineCore`` in its command line, under ``spawn``) or
-    by its kernel name (``VLLM::EngineCor``: a core forked from the fork server keeps the server's command
-    line; ``serve_app.model.engines.engine_process`` names it); its ``cmd`` then starts with that name.
-    """
-    ps = subprocess.run(["ps", "-eo", "pid,ppid,comm,args"], capture_output=True, text=True, check=False).stdout
-    return parse_ps(ps)
-
-
-def parse_ps(ps: str) -> list[dict[str, Any]]:
-    """The engine-core and model-replica rows of ``ps -eo pid,ppid,comm,args`` output (see
-    :func:`engine_processes`; pure)."""
-    out = []
-    for row in ps.splitlines()[1:]:
-        parts = row.strip().split(None, 3)
-        if len(parts) < 4:
-            continue
-        pid, ppid, comm, cmd = parts
-        if comm.startswith("VLLM::EngineCor") and "EngineCore" not in cmd:
-            cmd = f"{comm} ({cmd})"
-        if "EngineCor" in cmd or ("ServeReplica:" in cmd and "VideoModel" in cmd):
-            out.append({"pid": int(pid), "ppid": int(ppid), "cmd": cmd[:80]})
-    return out
-
-
-def ray_processes() -> list[str]:
-    """Command lines (first 60 characters) of live Ray processes: workers, raylet, GCS (zombies excluded)."""
-    ps = subprocess.run(["ps", "-eo", "stat,args"], capture_output=True, text=True, check=False).stdout
-    rows = (r.strip().split(None, 1) for r in ps.splitlines()[1:])
-    return [cmd[:60] for stat, cmd in (r for r in rows if len(r) == 2)
-            if not stat.startswith("Z") and ("ray::" in cmd or "raylet" in cmd or "gcs_server" in cmd)]
-
-
-def wait_gpu_idle(timeout_s: float) -> float | None:
-    """Seconds until the GPU's used memory falls under :data:`IDLE_MIB` (None: not within ``timeout_s``)."""
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout_s:
-        if gpu_state()["used_mib"] < IDLE_MIB:
-            return round(time.monotonic() - t0, 1)
-        time.sleep(0.5)
-    return None
-
-
-def force_clean() -> dict[str, Any]:
-    """Stops whatever a step left (``ray stop --force``, then SIGKILL to every GPU process); what it found."""
-    left: dict[str, Any] = {"gpu": gpu_state(), "engine_processes": engine_processes()}
-    subprocess.run(["ray", "stop", "--force"], capture_output=True, check=False)
-    left["idle_after_ray_stop_force_s"] = wait_gpu_idle(20)  # what ends by itself once Ray is gone
-    left["gpu_processes_after_ray_stop_force"] = gpu_state()["processes"]
-    for p in gpu_state()["processes"]:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(p["pid"], signal.SIGKILL)
-    left["idle_after_s"] = wait_gpu_idle(30)
-    return left
 
 
 class Lifecycle:
@@ -413,24 +280,6 @@ class Lifecycle:
         res["forced_cleanup"] = force_clean()
         self.proc = None
         return res
-
-
-def dump_stacks(path: Path, at_s: float) -> None:
-    """Appends py-spy dumps of the model replica and engine-core processes to ``path`` (``at_s``: seconds
-    since start). py-spy pauses each process while it reads it (seconds for a replica with many threads):
-    a start sampled this way is slower than one that is not."""
-    with open(path, "a") as f:
-        _dump_to(f, at_s)
-
-
-def _dump_to(f: Any, at_s: float) -> None:
-    for p in engine_processes():
-        d = subprocess.run(["py-spy", "dump", "--pid", str(p["pid"])], capture_output=True, text=True,
-                           check=False, timeout=30)
-        f.write(f"=== t={at_s}s pid {p['pid']} {p['cmd'][:60]}\n{d.stdout}{d.stderr[-300:]}\n")
-        if d.returncode and "VideoModel" in p["cmd"]:  # no ptrace here: the replica's own handler (serve log)
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(p["pid"], signal.SIGUSR1)
 
 
 def main(argv: list[str] | None = None) -> int:

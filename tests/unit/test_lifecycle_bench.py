@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from benchmarks.lifecycle import line_time, start_phases
+from benchmarks.lifecycle_log import line_time, start_phases
 
 # Lines as `serve run configs/h200.yaml` printed them on the H200 (results/gpu/lifecycle/, shortened).
 LOG = "\n".join([
@@ -85,7 +85,7 @@ def test_the_questions_step_sends_distinct_windows_with_n_questions_and_counts_t
 
 
 def test_engine_cores_are_found_by_title_or_by_kernel_name():
-    from benchmarks.lifecycle import parse_ps
+    from benchmarks.lifecycle_procs import parse_ps
 
     ps = "\n".join([
         "    PID    PPID COMMAND         COMMAND",
