@@ -41,7 +41,8 @@ from serve_app.http.pipeline import client_error
 from serve_app.log_limit import LOG_LIMIT, get_logger
 from serve_app.model.chunk_reading import collect, read_to_end
 from serve_app.model.reasoning import split_reasoning
-from serve_app.protocol import ClipInfo, ClipQuestion, DecodedClip, Done, ModelChunk, SamplingOptions
+from serve_app.model.sampling_options import sampling_options
+from serve_app.protocol import ClipInfo, ClipQuestion, DecodedClip, Done, ModelChunk
 
 logger = get_logger(__name__)
 
@@ -183,16 +184,9 @@ class WindowAnswering:
         """Asks question ``qi`` about the window's clip and emits its answer (and, for the first
         question, the stream's last answer and alert); False when it failed (counted as dropped)."""
         spec, cfg = st.spec, self.config
-        model = cfg.model
         win = w.window
         question = spec.questions[qi]
-        sampling = SamplingOptions(
-            max_tokens=spec.max_tokens or model.sampling.max_tokens,
-            temperature=model.sampling.temperature,
-            top_p=model.sampling.top_p,
-            repetition_penalty=model.sampling.repetition_penalty,
-            ignore_eos=spec.ignore_eos,
-        )
+        sampling = sampling_options(cfg.model.sampling, max_tokens=spec.max_tokens, ignore_eos=spec.ignore_eos)
         rid = f"{st.id}-w{win.index}-q{qi}"
         t0 = time.time()
         try:
