@@ -79,6 +79,68 @@ class PayloadTooLargeError(ServeAppError):
     status, type = 413, "payload_too_large"
 
 
+def declared_length(header: str | None) -> int | None:
+    """A ``Content-Length`` header's byte count, or None (absent, or not all digits: a malformed header
+    is the HTTP server's to refuse; the bytes received are still counted against the limit)."""
+    return int(header) if header and header.isdigit() else None
+
+
+@dataclasses.dataclass(frozen=True)
+class SizeLimit:
+    """A body-size limit and its 413s: the one ``Content-Length`` / body-size check of every body the
+    server reads (request bodies: :class:`serve_app.http.guards.body.BodyGuard`,
+    :func:`serve_app.http.json_body.read_body` (JSON routes, the streams API's too), the query route's
+    form and uploaded file; fetched ``video_url`` bodies).
+
+    Attributes:
+        limit_bytes: the limit named in messages, bytes.
+        what: what the body is, in messages (``"request body"``, ``"video_url content"``).
+        param: the request field the 413 names, or None.
+        limit_name: the limit's name in messages (``"limit"``, ``"upload limit"``).
+        slack_bytes: bytes a declared length may exceed ``limit_bytes`` by (a multipart form's overhead
+            around its file), bytes.
+    """
+
+    limit_bytes: int
+    what: str = "request body"
+    param: str | None = None
+    limit_name: str = "limit"
+    slack_bytes: int = 0
+
+    def check_declared(self, header: str | None) -> int | None:
+        """Refuses a declared length over the limit, before any byte is read; the length, or None
+        (see :func:`declared_length`).
+
+        Raises:
+            PayloadTooLargeError (413): ``"{what} is N bytes; the {limit_name} is L bytes"``.
+        """
+        n = declared_length(header)
+        self.check_size(n)
+        return n
+
+    def check_size(self, n_bytes: int | None) -> None:
+        """Refuses a body of a known size (``n_bytes``; None: unknown, passes) over the limit.
+
+        Raises:
+            PayloadTooLargeError (413): ``"{what} is N bytes; the {limit_name} is L bytes"``.
+        """
+        if n_bytes is not None and n_bytes > self.limit_bytes + self.slack_bytes:
+            raise PayloadTooLargeError(
+                f"{self.what} is {n_bytes} bytes; the {self.limit_name} is {self.limit_bytes} bytes", param=self.param
+            )
+
+    def check_received(self, n_bytes: int) -> None:
+        """Refuses a body once the bytes received (``n_bytes``) pass the limit.
+
+        Raises:
+            PayloadTooLargeError (413): ``"{what} exceeds the {limit_name} of L bytes"``.
+        """
+        if n_bytes > self.limit_bytes + self.slack_bytes:
+            raise PayloadTooLargeError(
+                f"{self.what} exceeds the {self.limit_name} of {self.limit_bytes} bytes", param=self.param
+            )
+
+
 class UnsupportedMediaError(ServeAppError):
     """415: not a video container/codec this server can decode (or wrong content type)."""
 

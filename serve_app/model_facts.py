@@ -150,10 +150,17 @@ COSMOS_MAX_FRAME_PIXELS = 768 * PIXEL_FACTOR**2
 #: Smallest frame area of a video: 128·28² = 100,352 pixels (qwen-vl-utils ``VIDEO_MIN_PIXELS``,
 #: also the transformers Qwen2-VL video processor's default).
 VIDEO_MIN_PIXELS = 128 * PIXEL_FACTOR**2
-#: Sampling settings of the recipe.
+# Sampling settings of the recipe: the model card's vLLM example, ``SamplingParams(temperature=0.6,
+# top_p=0.95, repetition_penalty=1.05, max_tokens=4096)``. Their one definition: ``model.sampling``
+# (serve_app.config.SamplingDefaults) defaults to them, serve_app.model.sampling_options fills requests
+# from that, and the benchmarks import them.
+#: Sampling temperature (model card: 0.6).
 COSMOS_TEMPERATURE = 0.6
+#: Nucleus sampling mass (model card: 0.95).
 COSMOS_TOP_P = 0.95
+#: Repetition penalty (model card: 1.05).
 COSMOS_REPETITION_PENALTY = 1.05
+#: Output budget in tokens (model card: 4096, room for the ``<think>`` reasoning and the answer).
 COSMOS_MAX_TOKENS = 4096
 
 

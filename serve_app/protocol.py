@@ -56,7 +56,8 @@ MIN_REPETITION_PENALTY = 0.01
 
 @dataclasses.dataclass(frozen=True)
 class SamplingOptions:
-    """Per-request token-sampling settings (recipe defaults filled in by the caller).
+    """Per-request token-sampling settings (recipe defaults filled in by the caller, through
+    :func:`serve_app.model.sampling_options.sampling_options`).
 
     A temperature under :data:`GREEDY_TEMPERATURE_EPS` becomes 0 (greedy), as vLLM does, for every engine.
 

@@ -40,8 +40,10 @@ from serve_app.config import AppConfig
 from serve_app.errors import ErrorInfo, error_value
 from serve_app.http.pipeline import client_error
 from serve_app.log_limit import LOG_LIMIT, get_logger
+from serve_app.model.chunk_reading import collect, read_to_end
 from serve_app.model.reasoning import split_reasoning
-from serve_app.protocol import ClipInfo, ClipQuestion, DecodedClip, Delta, Done, ModelChunk, SamplingOptions
+from serve_app.model.sampling_options import sampling_options
+from serve_app.protocol import ClipInfo, ClipQuestion, DecodedClip, Done, ModelChunk
 
 logger = get_logger(__name__)
 
@@ -183,16 +185,9 @@ class WindowAnswering:
         """Asks question ``qi`` about the window's clip and emits its answer (and, for the first
         question, the stream's last answer and alert); False when it failed (counted as dropped)."""
         spec, cfg = st.spec, self.config
-        model = cfg.model
         win = w.window
         question = spec.questions[qi]
-        sampling = SamplingOptions(
-            max_tokens=spec.max_tokens or model.sampling.max_tokens,
-            temperature=model.sampling.temperature,
-            top_p=model.sampling.top_p,
-            repetition_penalty=model.sampling.repetition_penalty,
-            ignore_eos=spec.ignore_eos,
-        )
+        sampling = sampling_options(cfg.model.sampling, max_tokens=spec.max_tokens, ignore_eos=spec.ignore_eos)
         rid = f"{st.id}-w{win.index}-q{qi}"
         t0 = time.time()
         try:
@@ -292,30 +287,17 @@ class WindowAnswering:
         """``(ClipInfo, text, Done)`` from a model stream, or ``(ErrorInfo, "", None)``;
         ``on_first`` is called at the first token (or the final chunk, whichever comes first).
 
-        The stream is read to its end, past its final chunk (Done or ErrorInfo), so the model
-        replica's call returns by itself and Serve logs and counts it (see :class:`serve_app.http.pipeline.ClipRun`).
-        """
-        info: ClipInfo | None = None
-        parts: list[str] = []
-        final: Done | ErrorInfo | None = None
-        async for chunk in chunks:  # to the end: no return at the final chunk
-            if final is not None:
-                LOG_LIMIT.log(logger, logging.WARNING, "model stream extra chunk",
-                              "model stream sent %s after its final chunk; dropped", type(chunk).__name__)
-            elif isinstance(chunk, ClipInfo):
-                info = chunk
-            elif isinstance(chunk, Delta):
-                parts.append(chunk.text)
-            else:
-                final = chunk
-            if on_first is not None and (final is not None or parts):
-                on_first()
-                on_first = None
-        if isinstance(final, ErrorInfo):
-            return final, "", None
-        if final is None:
-            raise RuntimeError("model stream ended without a Done chunk")
-        if info is None:
-            raise RuntimeError("model stream ended without a ClipInfo")
-        return info, "".join(parts), final
+        The stream is read to its end, past its final chunk, by the HTTP pipeline's reader
+        (:func:`serve_app.model.chunk_reading.read_to_end`, no deadline: a window has none).
 
+        Raises:
+            RuntimeError: the stream ended without a ``Done`` or without a ``ClipInfo`` (a model bug).
+        """
+        got = await collect(read_to_end(chunks), on_first)
+        if isinstance(got.final, ErrorInfo):
+            return got.final, "", None
+        if got.final is None:
+            raise RuntimeError("model stream ended without a Done chunk")
+        if got.info is None:
+            raise RuntimeError("model stream ended without a ClipInfo")
+        return got.info, got.text, got.final

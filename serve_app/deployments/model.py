@@ -31,7 +31,8 @@ from serve_app.model.engines.base import Engine, GenerationRequest
 from serve_app.model.engines.factory import create_engine
 from serve_app.model.generation import answer_stream, new_engine_request_id
 from serve_app.model.prompt import render_prompt
-from serve_app.protocol import ClipQuestion, DecodedClip, ErrorInfo, ModelChunk, SamplingOptions
+from serve_app.model.sampling_options import sampling_options
+from serve_app.protocol import ClipQuestion, DecodedClip, ErrorInfo, ModelChunk
 
 logger = get_logger(__name__)
 
@@ -78,9 +79,8 @@ def _clips(config: AppConfig, shape: tuple[int, int, int], max_tokens: list[int]
         GenerationRequest(
             request_id=new_engine_request_id(), frames=None if patches else frames, patches=patches,
             fps=config.decode.fps, prompt=prompt,
-            sampling=SamplingOptions(max_tokens=n, temperature=m.sampling.temperature, top_p=m.sampling.top_p,
-                                     repetition_penalty=m.sampling.repetition_penalty,
-                                     ignore_eos=True),  # every clip decodes all its tokens: the batch shapes happen
+            # every clip decodes all its tokens: the batch shapes happen
+            sampling=sampling_options(m.sampling, max_tokens=n, ignore_eos=True),
         )
         for n in max_tokens
     ]

@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 from starlette.requests import ClientDisconnect, Request
 
-from serve_app.errors import ClientClosedRequestError, InvalidRequestError, PayloadTooLargeError, UnsupportedMediaError
+from serve_app.errors import ClientClosedRequestError, InvalidRequestError, SizeLimit, UnsupportedMediaError
 
 
 async def read_body(request: Request, max_bytes: int) -> bytearray:
@@ -26,14 +26,12 @@ async def read_body(request: Request, max_bytes: int) -> bytearray:
         PayloadTooLargeError (413): ``Content-Length`` or the bytes received exceed ``max_bytes``.
         ClientClosedRequestError (499): the client disconnected before the body was read.
     """
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > max_bytes:
-        raise PayloadTooLargeError(f"request body is {int(declared)} bytes; the limit is {max_bytes} bytes")
+    limit = SizeLimit(max_bytes)
+    limit.check_declared(request.headers.get("content-length"))
     body = bytearray()
     try:
         async for chunk in request.stream():
-            if len(body) + len(chunk) > max_bytes:
-                raise PayloadTooLargeError(f"request body exceeds the limit of {max_bytes} bytes")
+            limit.check_received(len(body) + len(chunk))
             body += chunk
     except ClientDisconnect:
         raise ClientClosedRequestError("the client disconnected while sending the request body") from None

@@ -14,7 +14,6 @@ returned :class:`ClipRun` yields the rest under the request's deadline.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -22,8 +21,9 @@ from ray.exceptions import RayActorError, RayTaskError
 from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError
 
 from serve_app.errors import ErrorInfo, OverloadedError, ServeAppError, UpstreamTimeoutError, internal_error
-from serve_app.log_limit import LOG_LIMIT, get_logger
-from serve_app.protocol import ClipInfo, ClipQuestion, ClipSource, Delta, Done, FrameSampling, ModelChunk
+from serve_app.log_limit import get_logger
+from serve_app.model.chunk_reading import collect, read_to_end
+from serve_app.protocol import ClipInfo, ClipQuestion, ClipSource, Done, FrameSampling, ModelChunk
 from serve_app.text import log_safe
 
 logger = get_logger(__name__)
@@ -56,36 +56,19 @@ class ClipRun:
         self.decoded = decoded
         self._stream = stream
 
-    async def chunks(self) -> AsyncIterator[Delta | Done | ErrorInfo]:
+    def chunks(self) -> AsyncIterator[ModelChunk]:
         """The model's chunks after :attr:`info`, up to the final one (:class:`Done` or an
         :class:`ErrorInfo`); resumed after that, it reads the stream to its end (see the class
         docstring), so a reader keeps iterating instead of leaving the loop at the final chunk.
         Chunks after the final one (a model bug) are logged and dropped; a stream still open at the
         deadline after its final chunk ends the iteration (the answer is whole; the caller cancels).
+        (:func:`serve_app.model.chunk_reading.read_to_end`, the camera path's reader too.)
 
         Raises:
             TimeoutError: the deadline passed before the final chunk (see :func:`client_error`: 504).
             Whatever the handle raises (see :func:`client_error`).
         """
-        final = False
-        while True:
-            try:
-                async with asyncio.timeout_at(self.deadline):
-                    chunk = await self._stream.__anext__()
-            except StopAsyncIteration:
-                return
-            except TimeoutError:
-                if not final:
-                    raise
-                LOG_LIMIT.log(logger, logging.WARNING, "model stream open at deadline",
-                              "model stream still open at the deadline after its final chunk")
-                return
-            if final:
-                LOG_LIMIT.log(logger, logging.WARNING, "model stream extra chunk",
-                              "model stream sent %s after its final chunk; dropped", type(chunk).__name__)
-                continue
-            final = isinstance(chunk, Done | ErrorInfo)
-            yield chunk
+        return read_to_end(self._stream, self.deadline)
 
     async def collect(self, on_first: Callable[[], None] | None = None) -> tuple[str, Done]:
         """The whole answer text and the :class:`Done` chunk, once the stream has ended (see the class docstring);
@@ -95,21 +78,12 @@ class ClipRun:
             ServeAppError: the model's error value, raised.
             RuntimeError: the stream ended without a ``Done`` (a bug: 500).
         """
-        parts: list[str] = []
-        final: Done | ErrorInfo | None = None
-        async for chunk in self.chunks():  # to the end: no return at the final chunk
-            if isinstance(chunk, Delta):
-                parts.append(chunk.text)
-            else:
-                final = chunk
-            if on_first is not None:
-                on_first()
-                on_first = None
-        if isinstance(final, ErrorInfo):
-            final.raise_()
-        if final is None:
+        got = await collect(self.chunks(), on_first)
+        if isinstance(got.final, ErrorInfo):
+            got.final.raise_()
+        if got.final is None:
             raise RuntimeError("model stream ended without a Done chunk")
-        return "".join(parts), final
+        return got.text, got.final
 
     def cancel(self) -> None:
         """Cancels the model call, and through it the engine's generation (no-op once finished)."""

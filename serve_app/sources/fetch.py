@@ -19,7 +19,7 @@ from urllib.parse import urljoin
 import httpx
 
 from serve_app.config import SourcesConfig
-from serve_app.errors import PayloadTooLargeError, UnprocessableClipError, UpstreamTimeoutError
+from serve_app.errors import SizeLimit, UnprocessableClipError, UpstreamTimeoutError
 from serve_app.log_limit import get_logger
 from serve_app.sources.rules import CheckedURL, check_url, tls_verify
 
@@ -74,7 +74,7 @@ def fetch_url(
     )
 
 
-def _get(  # noqa: C901 - one pinned HTTP read: a branch per refused status, redirect, size and timeout
+def _get(
     client: httpx.Client, checked: CheckedURL, max_bytes: int, deadline: float, sources: SourcesConfig
 ) -> bytes | str:
     """One GET to the checked addresses: the body, or a redirect's ``Location``."""
@@ -90,18 +90,12 @@ def _get(  # noqa: C901 - one pinned HTTP read: a branch per refused status, red
                     raise UnprocessableClipError(
                         f"video_url answered HTTP {r.status_code} {r.reason_phrase}", param="video_url"
                     )
-                declared = r.headers.get("content-length")
-                if declared and declared.isdigit() and int(declared) > max_bytes:
-                    raise PayloadTooLargeError(
-                        f"video_url content is {int(declared)} bytes; the limit is {max_bytes} bytes", param="video_url"
-                    )
+                limit = SizeLimit(max_bytes, what="video_url content", param="video_url")
+                limit.check_declared(r.headers.get("content-length"))
                 body = bytearray()
                 for chunk in r.iter_bytes():
                     body += chunk
-                    if len(body) > max_bytes:
-                        raise PayloadTooLargeError(
-                            f"video_url content exceeds the limit of {max_bytes} bytes", param="video_url"
-                        )
+                    limit.check_received(len(body))
                     if time.monotonic() > deadline:
                         raise _too_slow(sources, len(body))
                 if time.monotonic() > deadline:

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 
 import httpx
 
-from serve_app.errors import UnprocessableClipError, UnsupportedMediaError
+from serve_app.errors import UnprocessableClipError, UnsupportedMediaError, declared_length
 from serve_app.sources.rules import CheckedURL, tls_verify
 
 
@@ -61,9 +61,8 @@ class PinnedHttpBody(io.RawIOBase):
             self._client.close()
             raise
         self.content_type = first.headers.get("content-type", "").lower()
-        length = first.headers.get("content-length", "")
         #: The body's size in bytes, if the server said (None for a live body).
-        self.size = int(length) if length.isdigit() else None
+        self.size = declared_length(first.headers.get("content-length"))
         self._seekable = self.size is not None and first.headers.get("accept-ranges", "").lower() == "bytes"
 
     def _request(self, start: int) -> httpx.Response:

@@ -2,6 +2,8 @@
 
 * :mod:`~serve_app.testing.engines`: the scripted, fault-injecting engine and the recording engine
   (``model.backend: module:factory``; a model replica imports them).
+* :mod:`~serve_app.testing.handles`: the one set of fake Serve handles (pickling, like Ray) and a scripted
+  decoder + model behind them (the pipeline tests, the in-process graph of ``tests/inprocess.py``).
 * :mod:`~serve_app.testing.fake_camera`: a fake RTSP camera on loopback (the camera benches, the
   load tester's ``--streams`` and the camera tests).
 * :mod:`~serve_app.testing.local_serve`: a local Ray + Serve (start, deploy, stop; the CPU graph's args;

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from serve_app.errors import ServeAppError, to_http
+from serve_app.errors import PayloadTooLargeError, ServeAppError, SizeLimit, declared_length, to_http
 from serve_app.http.guards.admission import AdmissionGuard, mark_pipeline_full
 from serve_app.http.guards.body import BodyGuard
 from serve_app.http.guards.headers import ControlHeaderGuard
@@ -622,3 +622,22 @@ def test_a_client_gone_mid_body_is_a_disconnect_not_an_error():
 
     asyncio.run(run())
     assert seen == ["disconnect"]
+
+
+# ----------------------------------------------------- the one body-size check (serve_app.errors.SizeLimit)
+
+
+def test_one_size_limit_gives_every_body_the_same_413s():
+    limit = SizeLimit(100, param="video")
+    assert limit.check_declared("100") == 100 and limit.check_declared(None) is None
+    assert limit.check_declared("1e9") is None and declared_length("-5") is None  # malformed: counted as received
+    with pytest.raises(PayloadTooLargeError, match=r"^request body is 101 bytes; the limit is 100 bytes$") as e:
+        limit.check_declared("101")
+    assert e.value.status == 413 and e.value.param == "video"
+    with pytest.raises(PayloadTooLargeError, match=r"^request body exceeds the limit of 100 bytes$"):
+        limit.check_received(101)
+    limit.check_received(100)
+    form = SizeLimit(100, limit_name="upload limit", slack_bytes=10)
+    assert form.check_declared("110") == 110
+    with pytest.raises(PayloadTooLargeError, match=r"is 111 bytes; the upload limit is 100 bytes"):
+        form.check_declared("111")

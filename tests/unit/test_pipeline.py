@@ -33,6 +33,7 @@ from serve_app.protocol import (
     SamplingOptions,
     VideoInfo,
 )
+from serve_app.testing.handles import FakeHandle, ScriptedGraph
 
 RID = "req-1"
 RETRY_AFTER_S = 7
@@ -107,65 +108,13 @@ INFO = ClipInfo(
 QUESTION = ClipQuestion(RID, "q?", SamplingOptions(max_tokens=2, temperature=0.0, top_p=1.0, repetition_penalty=1.0))
 
 
-class FakeDecode:
-    def __init__(self, result=None, raises: BaseException | None = None, hang: bool = False):
-        self.result, self.raises, self.hang, self.cancelled = result, raises, hang, False
-
-    async def _to_object_ref(self):
-        if self.hang:
-            await asyncio.sleep(3600)
-        if self.raises:
-            raise self.raises
-        return self.result
-
-    def cancel(self):
-        self.cancelled = True
+def fake_handles(result=None, **script) -> FakeHandle:
+    """The decoder and model handles (one scripted graph: serve_app.testing.handles): records what was
+    sent and every call, returns scripted results."""
+    return FakeHandle(ScriptedGraph(result, **script))
 
 
-class FakeStream:
-    def __init__(self, chunks, gap_s: float = 0.0):
-        self.chunks, self.gap_s, self.cancelled = list(chunks), gap_s, False
-
-    def __aiter__(self):
-        return self
-
-    async def __anext__(self):
-        if not self.chunks:
-            raise StopAsyncIteration
-        await asyncio.sleep(self.gap_s)
-        item = self.chunks.pop(0)
-        if isinstance(item, BaseException):
-            raise item
-        return item
-
-
-class FakeHandles:
-    """The decoder and model handles: records what was sent, returns scripted results."""
-
-    def __init__(self, decode: FakeDecode, stream: FakeStream):
-        self.decode_call, self.stream, self.sent = decode, stream, []
-        decoder, model = self, self
-
-        class _Decode:
-            @staticmethod
-            def remote(source, sample, rid):
-                decoder.sent.append(("decode", source, sample, rid))
-                return decoder.decode_call
-
-        class _Generate:
-            @staticmethod
-            def remote(question, clip):
-                model.sent.append(("generate", question, clip))
-                return model.stream
-
-        self.decode, self.generate = _Decode, _Generate
-
-    def options(self, *, stream: bool):
-        assert stream
-        return self
-
-
-async def start(handles: FakeHandles, timeout_s: float = 5.0) -> ClipRun:
+async def start(handles: FakeHandle, timeout_s: float = 5.0) -> ClipRun:
     deadline = asyncio.get_running_loop().time() + timeout_s
     return await start_run(
         handles, handles, source=ClipSource(path="a.mp4"), sample=FrameSampling(fps=2, max_frames=8),
@@ -174,8 +123,8 @@ async def start(handles: FakeHandles, timeout_s: float = 5.0) -> ClipRun:
 
 
 def test_the_decode_ref_goes_to_the_model_and_the_answer_is_collected():
-    clip = object()
-    handles = FakeHandles(FakeDecode(result=clip), FakeStream([INFO, Delta("a", 1), Delta("b", 2), Done("stop", 5, 2)]))
+    clip = ("a decoded clip", 2)  # crosses the handles pickled: compared by value
+    handles = fake_handles(clip, chunks=[INFO, Delta("a", 1), Delta("b", 2), Done("stop", 5, 2)])
 
     async def go():
         run = await start(handles)
@@ -188,7 +137,7 @@ def test_the_decode_ref_goes_to_the_model_and_the_answer_is_collected():
 
 def test_a_rejected_clip_raises_its_error_value():
     err = NotFoundError("no such file", param="video_path").info()
-    handles = FakeHandles(FakeDecode(result=err), FakeStream([err]))
+    handles = fake_handles(err, chunks=[err])
     with pytest.raises(ServeAppError) as e:
         asyncio.run(start(handles))
     assert (e.value.status, e.value.param) == (404, "video_path")
@@ -196,24 +145,22 @@ def test_a_rejected_clip_raises_its_error_value():
 
 @pytest.mark.parametrize("failure", [BackPressureError(num_queued_requests=1, max_queued_requests=1), unavailable()])
 def test_a_failed_hand_off_cancels_the_decode(failure):
-    decode = FakeDecode(raises=failure)
-    handles = FakeHandles(decode, FakeStream([]))
+    handles = fake_handles(raises=failure)
     with pytest.raises(type(failure)):
         asyncio.run(start(handles))
-    assert decode.cancelled and len(handles.sent) == 1  # the model was never called
+    assert handles.responses[0].cancelled and len(handles.sent) == 1  # the model was never called
 
 
 def test_the_deadline_cancels_both_calls_and_maps_to_504():
-    decode = FakeDecode(hang=True)
-    handles = FakeHandles(decode, FakeStream([]))
+    handles = fake_handles(hang=True)
     with pytest.raises(TimeoutError) as e:
         asyncio.run(start(handles, timeout_s=0.05))
-    assert decode.cancelled
+    assert handles.responses[0].cancelled and not handles.streams
     assert error_value(client_error(e.value, RID, 1)).status == 504
 
 
 def test_a_stream_past_the_deadline_raises_timeout_mid_answer():
-    handles = FakeHandles(FakeDecode(result=None), FakeStream([INFO, Delta("a", 1), Done("stop", 1, 1)], gap_s=0.2))
+    handles = fake_handles(chunks=[INFO, Delta("a", 1), Done("stop", 1, 1)], gap_s=0.2)
 
     async def go():
         run = await start(handles, timeout_s=0.3)
@@ -224,9 +171,7 @@ def test_a_stream_past_the_deadline_raises_timeout_mid_answer():
 
 
 def test_cancelling_the_request_cancels_the_model_stream():
-    stream = FakeStream([INFO] + [Delta("x", i) for i in range(100)], gap_s=0.01)
-    handles = FakeHandles(FakeDecode(result=None), stream)
-    stream.cancel = lambda: setattr(stream, "cancelled", True)
+    handles = fake_handles(chunks=[INFO] + [Delta("x", i) for i in range(100)], gap_s=0.01)
 
     async def go():
         run = await start(handles)
@@ -241,12 +186,12 @@ def test_cancelling_the_request_cancels_the_model_stream():
             run.cancel()
 
     asyncio.run(go())
-    assert stream.cancelled
+    assert handles.streams[0].cancelled and not handles.streams[0].ended
 
 
 def test_an_error_value_mid_stream_is_raised_by_collect():
     err = OverloadedError("the model replica is restarting; retry").info()
-    handles = FakeHandles(FakeDecode(result=None), FakeStream([INFO, Delta("a", 1), err]))
+    handles = fake_handles(chunks=[INFO, Delta("a", 1), err])
 
     async def go():
         return await (await start(handles)).collect()
@@ -256,25 +201,9 @@ def test_an_error_value_mid_stream_is_raised_by_collect():
     assert e.value.status == 503 and e.value.headers["Retry-After"] == "1"
 
 
-class EndAwareStream(FakeStream):
-    """A model stream that records whether it was read to its end before it was cancelled.
-
-    Serve logs and counts a model call when the replica's generator returns; one cancelled after
-    its last chunk but before that return leaves no access-log line (see :class:`ClipRun`)."""
-
-    def __init__(self, chunks):
-        super().__init__(chunks)
-        self.ended, self.ended_before_cancel = False, None
-
-    async def __anext__(self):
-        try:
-            return await super().__anext__()
-        except StopAsyncIteration:
-            self.ended = True
-            raise
-
-    def cancel(self):
-        self.cancelled, self.ended_before_cancel = True, self.ended
+# A model call that is cancelled after its last chunk but before the replica's generator returns
+# leaves no access-log line (see ClipRun): the fake generator records whether it had ended
+# (``ended_before_cancel``).
 
 
 FINALS = [Done("stop", 5, 2), OverloadedError("the model replica is restarting; retry").info()]
@@ -284,10 +213,10 @@ FINALS = [Done("stop", 5, 2), OverloadedError("the model replica is restarting; 
 def test_the_runner_reads_the_model_stream_to_its_end_before_it_cancels(final):
     from serve_app.http.context import RouteRunner
 
-    stream = EndAwareStream([INFO, Delta("a", 1), final])
+    handles = fake_handles(chunks=[INFO, Delta("a", 1), final])
 
     async def go():
-        run = await start(FakeHandles(FakeDecode(result=None), stream))
+        run = await start(handles)
         try:
             return await RouteRunner.collect(run)
         except ServeAppError as e:
@@ -295,7 +224,7 @@ def test_the_runner_reads_the_model_stream_to_its_end_before_it_cancels(final):
 
     out = asyncio.run(go())
     assert out == ("a", final) if isinstance(final, Done) else error_value(out) == final
-    assert stream.cancelled and stream.ended_before_cancel
+    assert handles.streams[0].cancelled and handles.streams[0].ended_before_cancel
 
 
 @pytest.mark.parametrize("final", FINALS, ids=["done", "error_value"])
@@ -304,11 +233,11 @@ def test_a_streamed_response_reads_the_model_stream_to_its_end_before_it_cancels
     from serve_app.http.query.serving import QueryEncoder
     from serve_app.http.sse import sse_stream
 
-    stream = EndAwareStream([INFO, Delta("a", 1), final])
+    handles = fake_handles(chunks=[INFO, Delta("a", 1), final])
     errors: list[str] = []
 
     async def go():
-        run = await start(FakeHandles(FakeDecode(result=None), stream))
+        run = await start(handles)
         encoder = QueryEncoder(RequestContext(RID, 0.0), run)
         events = sse_stream(run, encoder, error_of=lambda e: client_error(e, RID, 1), count_error=errors.append)
         return [e async for e in events]
@@ -319,33 +248,28 @@ def test_a_streamed_response_reads_the_model_stream_to_its_end_before_it_cancels
         assert b'"type":"done"' in body and errors == []
     else:
         assert b'"type":"error"' in body and errors == [final.type]
-    assert stream.cancelled and stream.ended_before_cancel
+    assert handles.streams[0].cancelled and handles.streams[0].ended_before_cancel
 
 
 def test_chunks_after_done_are_dropped_and_the_answer_stands():
-    stream = EndAwareStream([INFO, Delta("a", 1), Done("stop", 5, 1), Delta("late", 2)])
+    handles = fake_handles(chunks=[INFO, Delta("a", 1), Done("stop", 5, 1), Delta("late", 2)])
 
     async def go():
-        return await (await start(FakeHandles(FakeDecode(result=None), stream))).collect()
+        return await (await start(handles)).collect()
 
-    assert asyncio.run(go()) == ("a", Done("stop", 5, 1)) and stream.ended
+    assert asyncio.run(go()) == ("a", Done("stop", 5, 1)) and handles.streams[0].ended
 
 
 def test_a_stream_left_open_after_done_still_answers_at_the_deadline():
     from serve_app.http.context import RouteRunner
 
-    class OpenAfterDone(EndAwareStream):
-        async def __anext__(self):
-            if not self.chunks:
-                await asyncio.sleep(3600)
-            return await super().__anext__()
-
-    stream = OpenAfterDone([INFO, Delta("a", 1), Done("stop", 5, 1)])
+    handles = fake_handles(chunks=[INFO, Delta("a", 1), Done("stop", 5, 1)], open_after=True)
 
     async def go():
-        return await RouteRunner.collect(await start(FakeHandles(FakeDecode(result=None), stream), timeout_s=0.3))
+        return await RouteRunner.collect(await start(handles, timeout_s=0.3))
 
-    assert asyncio.run(go()) == ("a", Done("stop", 5, 1)) and stream.cancelled and not stream.ended
+    assert asyncio.run(go()) == ("a", Done("stop", 5, 1))
+    assert handles.streams[0].cancelled and not handles.streams[0].ended
 
 
 def test_chunks_cross_handles_as_picklable_values():

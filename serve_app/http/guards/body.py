@@ -10,7 +10,14 @@ from collections.abc import Callable, Mapping
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from serve_app.errors import OverloadedError, PayloadTooLargeError, RequestTimeoutError, ServeAppError
+from serve_app.errors import (
+    OverloadedError,
+    PayloadTooLargeError,
+    RequestTimeoutError,
+    ServeAppError,
+    SizeLimit,
+    declared_length,
+)
 from serve_app.http.guards.request import Reject, app_path, header_map
 
 
@@ -84,15 +91,17 @@ class BodyGuard:
             return
         st = self.state
         path = app_path(scope)
-        limit = self.max_bytes.get(path)
-        declared_raw = header_map(scope).get("content-length", "")
-        declared = int(declared_raw) if declared_raw.isdigit() else None
-        if limit is not None and declared is not None and declared > limit:
-            st.too_large += 1
-            await self.reject(scope, receive, send, PayloadTooLargeError(
-                f"request body is {declared} bytes; the limit is {limit} bytes", param="video"
-            ))
-            return
+        max_bytes = self.max_bytes.get(path)
+        limit = None if max_bytes is None else SizeLimit(max_bytes, param="video")
+        declared_raw = header_map(scope).get("content-length")
+        declared = declared_length(declared_raw)
+        if limit is not None:
+            try:
+                limit.check_declared(declared_raw)
+            except PayloadTooLargeError as e:
+                st.too_large += 1
+                await self.reject(scope, receive, send, e)
+                return
         holds_large = False
         if declared is not None and declared > self.large_body_bytes:
             if st.large_in_flight >= self.max_large_bodies:
@@ -125,12 +134,10 @@ class BodyGuard:
                 return message
             received += len(message.get("body", b""))
             st.max_bytes_read = max(st.max_bytes_read, received)
-            if limit is not None and received > limit:
+            if limit is not None and received > limit.limit_bytes:
                 st.too_large += 1
                 done = True
-                raise PayloadTooLargeError(
-                    f"request body exceeds the limit of {limit} bytes", param="video"
-                )
+                limit.check_received(received)  # raises PayloadTooLargeError (413)
             if not holds_large and received > self.large_body_bytes:
                 if st.large_in_flight >= self.max_large_bodies:
                     done = True

@@ -15,7 +15,13 @@ from starlette.formparsers import MultiPartException
 from starlette.requests import ClientDisconnect, Request
 
 from serve_app.config import AppConfig, LimitsConfig
-from serve_app.errors import ClientClosedRequestError, InvalidRequestError, PayloadTooLargeError, UnsupportedMediaError
+from serve_app.errors import (
+    ClientClosedRequestError,
+    InvalidRequestError,
+    PayloadTooLargeError,
+    SizeLimit,
+    UnsupportedMediaError,
+)
 from serve_app.http.json_body import parse_json_object, read_body, validation_error
 from serve_app.http.query.protocol import FORM_OVERHEAD_BYTES, JSON_BODY_MAX_BYTES, QueryRequest
 from serve_app.model.prompt import check_user_text
@@ -113,11 +119,8 @@ async def parse_query(request: Request, config: AppConfig) -> tuple[QueryRequest
     """
     ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
     max_bytes = config.limits.max_upload_bytes
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > max_bytes + FORM_OVERHEAD_BYTES:
-        raise PayloadTooLargeError(
-            f"request body is {int(declared)} bytes; the upload limit is {max_bytes} bytes", param="video"
-        )
+    form_limit = SizeLimit(max_bytes, param="video", limit_name="upload limit", slack_bytes=FORM_OVERHEAD_BYTES)
+    form_limit.check_declared(request.headers.get("content-length"))
     if ctype == "application/json":
         try:
             raw = await read_body(request, JSON_BODY_MAX_BYTES)
@@ -168,15 +171,10 @@ async def parse_query(request: Request, config: AppConfig) -> tuple[QueryRequest
                 raise InvalidRequestError("give either the 'video' file or video_path, not both", param="video_path")
             if q.video_url:
                 raise InvalidRequestError("give either the 'video' file or video_url, not both", param="video_url")
-            if upload.size is not None and upload.size > max_bytes:
-                raise PayloadTooLargeError(
-                    f"uploaded video is {upload.size} bytes; the limit is {max_bytes} bytes", param="video"
-                )
+            video_limit = SizeLimit(max_bytes, what="uploaded video", param="video")
+            video_limit.check_size(upload.size)
             data = await upload.read()
-            if len(data) > max_bytes:
-                raise PayloadTooLargeError(
-                    f"uploaded video is {len(data)} bytes; the limit is {max_bytes} bytes", param="video"
-                )
+            video_limit.check_size(len(data))
             return q, ClipSource(data=data, name=upload.filename or "video")
         finally:
             await form.close()

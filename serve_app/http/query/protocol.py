@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler
 
 from serve_app.config import AppConfig
 from serve_app.model.reasoning import split_reasoning
+from serve_app.model.sampling_options import sampling_options as with_defaults
 from serve_app.protocol import (
     GREEDY_TEMPERATURE_EPS,
     MIN_REPETITION_PENALTY,
@@ -95,15 +96,11 @@ def frame_sampling_for(q: ClipQueryFields, config: AppConfig) -> FrameSampling:
 
 
 def sampling_options(q: ClipQueryFields, config: AppConfig) -> SamplingOptions:
-    """Generation settings for a query: request overrides over the recipe defaults."""
-    d = config.model.sampling
-    return SamplingOptions(
-        max_tokens=q.max_tokens or d.max_tokens,
-        temperature=d.temperature if q.temperature is None else q.temperature,
-        top_p=q.top_p or d.top_p,
-        repetition_penalty=q.repetition_penalty or d.repetition_penalty,
-        seed=q.seed,
-        ignore_eos=q.ignore_eos,
+    """Generation settings for a query: request overrides over the recipe defaults
+    (:func:`serve_app.model.sampling_options.sampling_options`)."""
+    return with_defaults(
+        config.model.sampling, max_tokens=q.max_tokens, temperature=q.temperature, top_p=q.top_p,
+        repetition_penalty=q.repetition_penalty, seed=q.seed, ignore_eos=q.ignore_eos,
     )
 
 
