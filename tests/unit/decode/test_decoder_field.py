@@ -5,6 +5,7 @@ The generated clips write each frame's index into its picture
 the frame shown at that time, not only that the timestamps look right.
 """
 
+import functools
 from fractions import Fraction
 
 import numpy as np
@@ -41,6 +42,7 @@ def assert_frames_match_times(clip, frame_times):
 @pytest.fixture(scope="module")
 def clips(tmp_path_factory):
     d = tmp_path_factory.mktemp("field")
+    @functools.cache  # the same 300 pictures for "normal" and "faststart": made once
     def noisy(i, w, h):  # hard to compress: bytes spread evenly over the clip
         return coded_frame(i, w, h) // 2 + np.random.default_rng(i).integers(0, 100, (h, w, 3), np.uint8)
 

@@ -1,4 +1,5 @@
-"""Several questions about one stream window share the clip's server-made identity (no Ray, a fake model)."""
+"""Several questions about one stream window share the clip's server-made identity (no Ray: real reader threads
+on a looping file, a fake model)."""
 
 from __future__ import annotations
 
