@@ -90,7 +90,7 @@ def _open(url: str, host: str, sources: SourcesConfig, relay: RtspRelay) -> av.c
     return container
 
 
-def capture_rtsp(  # noqa: C901 - one live read loop: each branch is a documented camera failure (tests/unit/test_capture*)
+def capture_rtsp(  # noqa: C901 - one live read loop: each branch is a documented camera failure (tests/integration/sources/test_sources_rtsp.py)
     url: str,
     request: FrameSampling,
     decode: DecodeConfig,

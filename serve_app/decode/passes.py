@@ -146,7 +146,7 @@ def _packet_time(idx: PacketIndex, timeline: Timeline, i: int) -> float:
     return float(shown[-1]) if len(shown) else 0.0
 
 
-def decode_planned(  # noqa: C901 - one demux/decode loop; each branch a documented edge case (tests/unit/test_decoder_*)
+def decode_planned(  # noqa: C901 - one demux/decode loop; each branch a documented edge case (tests/unit/decode/test_decoder_*)
     stream: VideoStream, idx: PacketIndex, timeline: Timeline, wanted: dict[int, float], store: FrameStore,
     deadline: float, decode: DecodeConfig,
 ) -> Decoded:  # fmt: skip
@@ -210,7 +210,7 @@ def decode_planned(  # noqa: C901 - one demux/decode loop; each branch a documen
     return out
 
 
-def decode_plain(  # noqa: C901 - one demux/decode loop; each branch a documented edge case (tests/unit/test_decoder_*)
+def decode_plain(  # noqa: C901 - one demux/decode loop; each branch a documented edge case (tests/unit/decode/test_decoder_*)
     stream: VideoStream, idx: PacketIndex, timeline: Timeline, grid: FrameGrid, rate: float, store: FrameStore,
     deadline: float, decode: DecodeConfig, limits: LimitsConfig,
 ) -> Decoded:  # fmt: skip

@@ -3,7 +3,7 @@
 Ray-free in the sense that matters for tests: nothing here needs a running Ray. The
 decoder and model handles are injected (anything with Serve's ``handle.method.remote``
 shape), and Ray's exceptions are only *classified* here (:func:`client_error`), so unit
-tests fake them (``tests/unit/test_pipeline.py``).
+tests fake them (``tests/unit/http/test_pipeline.py``).
 
 :func:`start_run` sends the clip to the decoder, hands the decode's object ref to the
 model (frames go decoder → model directly), and waits for the model's first chunk:

@@ -8,6 +8,8 @@
   load tester's ``--streams`` and the camera tests).
 * :mod:`~serve_app.testing.local_serve`: a local Ray + Serve (start, deploy, stop; the CPU graph's args;
   ``python -m serve_app.testing.local_serve`` serves a Serve config on a chosen port).
+* :mod:`~serve_app.testing.polling`: the one polling helper (``wait_for``, ``wait_for_async``) of the
+  tests and benches.
 * :mod:`~serve_app.testing.ports`: a free loopback port, a UDP port probe.
 
 Kept inside the package, not under ``tests/``, so every Ray worker process can

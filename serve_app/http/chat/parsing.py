@@ -261,7 +261,7 @@ def parse_chat_body(raw: bytearray, config: AppConfig) -> tuple[ChatQuery, ClipS
     Holds one copy of a ``data:`` URL's clip at a time: ``raw`` is emptied once parsed (the
     caller's buffer too), and the returned :class:`ChatQuery` no longer holds the URL text.
     Peak memory is about 3.7 × the clip's size (the URL text, its base64 payload, the bytes),
-    then 1 × (tests/integration/test_hostile_inputs.py measures it).
+    then 1 × (tests/integration/http/test_hostile_inputs.py measures it).
 
     Raises:
         See :func:`serve_app.http.json_body.parse_json_object`, :func:`parse_chat_request`,

@@ -1,0 +1,83 @@
+"""The GPU bench's shared window files and plain-vLLM request body (no GPU needed)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks.gpu_serve import _engine_breakdown, query_body
+from benchmarks.vllm_serve import chat_body
+from benchmarks.workload import QUESTION, SYSTEM_PROMPT, cut_window_files, decode_file, windows
+
+CLIP = Path(__file__).resolve().parents[2] / "data" / "intel_car-detection.mp4"
+
+
+def test_window_files_hold_exactly_one_window_each(tmp_path):
+    wins = windows(CLIP, 2, 30.16)
+    files = cut_window_files(wins, tmp_path, workers=2)
+    assert [f.name for f in files] == ["win-000.mp4", "win-001.mp4"]
+    for f in files:
+        clip = decode_file(f)
+        # 10 s at 4 fps, sized by the Cosmos pixel budget: the reference workload's 40 frames of 420×756
+        assert clip.frames.shape == (40, 420, 756, 3)
+    # distinct windows, not the same bytes twice
+    assert files[0].read_bytes() != files[1].read_bytes()
+
+
+def test_both_sides_name_the_same_file_and_question(tmp_path):
+    f = tmp_path / "win-000.mp4"
+    body = chat_body("m", f, {"mm_processor_kwargs": {"device": "cuda"}})
+    assert body["messages"][0] == {"role": "system", "content": SYSTEM_PROMPT}
+    parts = body["messages"][1]["content"]
+    assert parts[0]["video_url"]["url"] == f"file://{f}" and parts[1]["text"] == QUESTION
+    assert body["ignore_eos"] and body["max_tokens"] == 256 and body["mm_processor_kwargs"] == {"device": "cuda"}
+    q = query_body(f)
+    assert q["video_path"] == str(f) and q["question"] == QUESTION and q["max_tokens"] == 256
+
+
+def test_engine_breakdown_keeps_only_the_asked_requests(tmp_path):
+    rows = [{"request_id": "a", "completion_tokens": 256, "processor_ms": 10.0, "prefill_ms": 100.0},
+            {"request_id": "b", "completion_tokens": 256, "processor_ms": 30.0, "prefill_ms": 300.0},
+            {"request_id": "warm", "completion_tokens": 0, "processor_ms": 9999.0}]
+    path = tmp_path / "t.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    out = _engine_breakdown(path, {"b"})
+    assert out["requests"] == 1 and out["processor_ms"]["p50"] == 30.0 and out["prefill_ms"]["mean"] == 300.0
+    assert _engine_breakdown(path)["requests"] == 2  # a row with no completion tokens never counts
+
+
+def test_a_serve_variant_overrides_the_config_it_names(tmp_path):
+    """``--variant`` JSON reaches the model, engine, decode and deployment settings, and the result is valid."""
+    import argparse
+
+    from benchmarks.gpu_serve import _serve_args
+    from serve_app.config import AppConfig
+
+    root = Path(__file__).resolve().parents[3]  # not the working directory: pytest may run from anywhere
+    args = argparse.Namespace(serve_config=str(root / "configs" / "h200.yaml"), checkpoint="ckpt",
+                              windows_dir=str(tmp_path))
+    cfg = _serve_args(args, {"decode": {"threads": 4}, "engine_args": {"max_num_batched_tokens": 32768},
+                             "model": {"vision_input": "patches"}, "decoder": {"max_ongoing_requests": 3}})
+    assert cfg["decode"]["threads"] == 4 and cfg["decode"]["fps"] == 4  # the rest of decode kept
+    assert cfg["model"]["engine_args"]["max_num_batched_tokens"] == 32768
+    assert cfg["model"]["engine_args"]["load_format"] == "dummy"
+    assert cfg["model"]["engine_args"]["compilation_config"]["compile_mm_encoder"] is True  # the file's kept
+    assert cfg["model"]["vision_input"] == "patches" and cfg["decoder"]["max_ongoing_requests"] == 3
+    assert cfg["sources"]["allowed_roots"] == [str(tmp_path.resolve())]
+    AppConfig.model_validate(cfg)
+
+
+def test_each_phase_of_a_side_gets_its_own_windows():
+    from benchmarks.workload import split_run
+
+    files = list(range(1 + 2 + 5 + 3))
+    run = split_run(files, single=2, inflight=5, warm_burst=3)
+    assert run.warmup == [0] and run.single == [1, 2] and run.batch == [3, 4, 5, 6, 7]
+    assert run.warm_burst == [8, 9, 10]
+    phases = [run.warmup, run.warm_burst, run.single, run.batch]
+    assert sorted(x for ph in phases for x in ph) == files  # every window once, none shared
+    # without a warm burst the layout is the bench's old one, extra files unused
+    plain = split_run(list(range(12)), single=2, inflight=5)
+    assert plain.warm_burst == [] and plain.batch == [3, 4, 5, 6, 7]
+    with pytest.raises(ValueError, match="needs 11"):
+        split_run(list(range(10)), single=2, inflight=5, warm_burst=3)
