@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from httpx_sse import EventSource, SSEError
 
 from loadtest.camera import Window, is_url
 from loadtest.records import RequestRecord
@@ -176,8 +177,8 @@ def _apply_chat_chunk(record: RequestRecord, chunk: dict[str, Any], clock: Calla
     record.request_id = record.request_id or chunk.get("id")
 
 
-#: How the server starts a delta event line (``json.dumps`` separators, or compact JSON).
-_DELTA_PREFIXES = ('data: {"type": "delta"', 'data: {"type":"delta"')
+#: How the server starts a delta event's data (``json.dumps`` separators, or compact JSON).
+_DELTA_PREFIXES = ('{"type": "delta"', '{"type":"delta"')
 
 
 def _retry_after_s(response: httpx.Response) -> float | None:
@@ -189,15 +190,13 @@ def _retry_after_s(response: httpx.Response) -> float | None:
         return None
 
 
-def parse_sse_line(line: str) -> dict[str, Any] | str | None:
-    """One server-sent-event line: the decoded ``data:`` payload, ``"[DONE]"``, or None (other lines).
+def parse_sse_data(data: str) -> dict[str, Any] | str:
+    """One server-sent event's ``data``: the decoded JSON object, or ``"[DONE]"`` (the OpenAI stream's end).
 
     Raises:
-        ValueError: a ``data:`` payload that is not a JSON object.
+        ValueError: data that is neither ``[DONE]`` nor a JSON object.
     """
-    if not line.startswith("data:"):
-        return None
-    payload = line[5:].strip()
+    payload = data.strip()
     if payload == "[DONE]":
         return payload
     event = json.loads(payload)
@@ -238,13 +237,13 @@ async def send(  # noqa: C901 - one streamed read: a branch per event kind and p
                 record.done_s = clock()
                 return
             got_done = chat = False
-            async for line in r.aiter_lines():
-                if record.first_token_s is not None and line.startswith(_DELTA_PREFIXES):
+            async for sse in EventSource(r).aiter_sse():  # httpx-sse: the event-stream framing (WHATWG)
+                if record.first_token_s is not None and sse.data.startswith(_DELTA_PREFIXES):
                     record.delta_events += 1
                     continue  # later deltas carry nothing else we measure: skip the JSON parse
-                event = parse_sse_line(line)
-                if event is None:
+                if not sse.data:
                     continue
+                event = parse_sse_data(sse.data)
                 if isinstance(event, str):  # "[DONE]"
                     got_done = got_done or chat  # a chat stream ends with [DONE]; ours with a done event
                     break
@@ -274,7 +273,7 @@ async def send(  # noqa: C901 - one streamed read: a branch per event kind and p
     except (httpx.ConnectError, httpx.RemoteProtocolError, httpx.NetworkError) as e:
         record.done_s = clock()
         _apply_error(record, "connect", None, f"{type(e).__name__}: {e}")
-    except (ValueError, httpx.DecodingError) as e:
+    except (ValueError, httpx.DecodingError, SSEError) as e:  # SSEError: a 2xx stream that is not text/event-stream
         record.done_s = clock()
         _apply_error(record, "protocol", None, f"{type(e).__name__}: {e}")
 

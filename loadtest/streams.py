@@ -35,6 +35,7 @@ from typing import Any
 
 import httpx
 import numpy as np
+from httpx_sse import connect_sse
 
 logger = logging.getLogger("loadtest")
 
@@ -65,20 +66,20 @@ class EventReader:
         while not self._stop.is_set():
             try:
                 headers = {**self.headers, **({"Last-Event-ID": str(last)} if last else {})}
-                with httpx.stream("GET", f"{self.base}/v1/events", headers=headers, timeout=httpx.Timeout(60)) as r:
-                    kind = None
-                    for line in r.iter_lines():
+                with httpx.Client(timeout=httpx.Timeout(60)) as client, connect_sse(
+                    client, "GET", f"{self.base}/v1/events", headers=headers
+                ) as source:
+                    for sse in source.iter_sse():  # httpx-sse: id / event / data framing (WHATWG)
                         if self._stop.is_set():
                             return
-                        if line.startswith("id: "):
-                            last = int(line[4:])
-                        elif line.startswith("event: "):
-                            kind = line[7:]
-                        elif line.startswith("data: "):
-                            data = json.loads(line[6:])
-                            data["_received"] = time.time()
-                            (self.answers if kind == "answer" else self.others).append(data)
-            except (httpx.HTTPError, ValueError):
+                        if sse.id:
+                            last = int(sse.id)
+                        if not sse.data:
+                            continue
+                        data = json.loads(sse.data)
+                        data["_received"] = time.time()
+                        (self.answers if sse.event == "answer" else self.others).append(data)
+            except (httpx.HTTPError, ValueError):  # SSEError is an httpx.TransportError
                 pass
             if not self._stop.is_set():
                 self.reconnects += 1

@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
+from httpx_sse import EventSource
 
 ROOT = Path(__file__).resolve().parents[2]
 DUMMY = ROOT / "checkpoints" / "cosmos-reason1-7b-dummy"
@@ -95,9 +96,9 @@ def test_streaming_delivers_tokens_as_generated(gpu_app, data_dir):
         timeout=300,
     ) as r:
         assert r.status_code == 200
-        for line in r.iter_lines():
-            if line.startswith("data: ") and line != "data: [DONE]":
-                arrivals.append((time.perf_counter(), json.loads(line[6:])))
+        for sse in EventSource(r).iter_sse():
+            if sse.data != "[DONE]":
+                arrivals.append((time.perf_counter(), json.loads(sse.data)))
     kinds = [e["type"] for _, e in arrivals]
     assert kinds[0] == "clip" and kinds[-1] == "done"
     deltas = [t for t, e in arrivals if e["type"] == "delta"]
@@ -127,8 +128,8 @@ def test_disconnect_frees_the_engine_slot(gpu_app, data_dir):
         timeout=300,
     ) as r:
         seen = 0
-        for line in r.iter_lines():
-            if line.startswith("data: ") and '"delta"' in line:
+        for sse in EventSource(r).iter_sse():
+            if '"delta"' in sse.data:
                 seen += 1
                 if seen == 3:
                     busy = model.num_unfinished.remote().result()

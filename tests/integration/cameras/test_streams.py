@@ -11,6 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from httpx_sse import connect_sse
 
 from serve_app.testing.polling import wait_for
 
@@ -53,19 +54,14 @@ def wait_answered(base: str, ids: list[str], timeout_s: float) -> dict[str, dict
 def read_events(url: str, n: int, headers: dict | None = None, timeout_s: float = 120) -> list[tuple[int, str, dict]]:
     """The first ``n`` events of an SSE response as ``(id, type, data)``."""
     out: list[tuple[int, str, dict]] = []
-    with httpx.stream("GET", url, headers=headers or {}, timeout=httpx.Timeout(timeout_s)) as r:
+    with httpx.Client(timeout=httpx.Timeout(timeout_s)) as client, connect_sse(
+        client, "GET", url, headers=headers or {}
+    ) as source:
+        r = source.response
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
-        block: dict = {}
-        for line in r.iter_lines():
-            if line.startswith("id: "):
-                block["id"] = int(line[4:])
-            elif line.startswith("event: "):
-                block["type"] = line[7:]
-            elif line.startswith("data: "):
-                block["data"] = json.loads(line[6:])
-            elif line == "" and "data" in block:
-                out.append((block["id"], block["type"], block["data"]))
-                block = {}
+        for sse in source.iter_sse():
+            if sse.data:
+                out.append((int(sse.id), sse.event, json.loads(sse.data)))
                 if len(out) >= n:
                     break
     return out

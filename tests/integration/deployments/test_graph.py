@@ -5,6 +5,7 @@ import json
 import httpx
 import numpy as np
 import pytest
+from httpx_sse import EventSource
 
 QUESTION = "Is anyone in this scene in danger?"
 
@@ -160,7 +161,7 @@ def test_streaming_sends_deltas_then_the_full_response(cpu_app, data_dir):
         timeout=120,
     ) as r:
         assert r.status_code == 200
-        events = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
+        events = [sse.data for sse in EventSource(r).iter_sse()]
     assert events[-1] == "[DONE]"
     parsed = [json.loads(e) for e in events[:-1]]
     assert parsed[0]["type"] == "clip" and parsed[-1]["type"] == "done"

@@ -6,6 +6,7 @@ import json
 import httpx
 import openai
 import pytest
+from httpx_sse import connect_sse
 
 MODEL = "tiny-random-qwen2_5_vl"
 QUESTION = "Is anyone in this scene in danger?"
@@ -83,9 +84,11 @@ def test_raw_sse_stream_ends_with_done(cpu_app, data_dir):
         "max_tokens": 3,
         "end_s": 1,
     }
-    with httpx.stream("POST", f"{cpu_app}/v1/chat/completions", json=body, timeout=120) as r:
+    with httpx.Client(timeout=120) as client, connect_sse(client, "POST", f"{cpu_app}/v1/chat/completions",
+                                                            json=body) as source:
+        r = source.response
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
-        events = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
+        events = [sse.data for sse in source.iter_sse()]
     assert events[-1] == "[DONE]"
     objs = [json.loads(e) for e in events[:-1]]
     assert {o["object"] for o in objs} == {"chat.completion.chunk"}

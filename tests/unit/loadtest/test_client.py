@@ -13,7 +13,7 @@ from clock import run_virtual
 from pydantic import ValidationError
 
 from loadtest.camera import Window
-from loadtest.client import build_request, parse_sse_line, send
+from loadtest.client import build_request, parse_sse_data, send
 from loadtest.records import RequestRecord
 from loadtest.runner import Feed, Runner
 from loadtest.settings import (
@@ -62,19 +62,22 @@ def test_path_transport_sends_the_resolved_local_path(tmp_path):
     assert req.json["video_path"] == str(clip.resolve()) and (req.json["start_s"], req.json["end_s"]) == (0.0, 10.0)
 
 
-def test_sse_lines():
-    assert parse_sse_line('data: {"type": "delta", "text": "a"}') == {"type": "delta", "text": "a"}
-    assert parse_sse_line("data: [DONE]") == "[DONE]"
-    assert parse_sse_line(": keep-alive") is None and parse_sse_line("") is None
+def test_sse_data():
+    assert parse_sse_data('{"type": "delta", "text": "a"}') == {"type": "delta", "text": "a"}
+    assert parse_sse_data("[DONE]") == "[DONE]"
     with pytest.raises(ValueError):
-        parse_sse_line("data: {not json")
+        parse_sse_data("{not json")
     with pytest.raises(ValueError, match="not a JSON object"):
-        parse_sse_line('data: ["a", "list"]')
+        parse_sse_data('["a", "list"]')
 
 
 DONE = {"type": "done", "id": "vq-1", "video": {"num_frames": 40},
         "usage": {"prompt_tokens": 8155, "completion_tokens": 3, "video_tokens": 8100},
         "timings": {"decode_ms": 100.0, "queue_ms": 5.0, "model_ms": 900.0, "ttft_ms": 400.0, "total_ms": 1010.0}}
+
+
+#: The response header of every event stream (httpx-sse refuses a stream without it).
+SSE = {"content-type": "text/event-stream"}
 
 
 def sse(*events) -> bytes:
@@ -95,7 +98,7 @@ def test_streaming_response_gives_ttft_and_the_servers_timings_and_usage():
         assert b'name="stream"\r\n\r\ntrue' in request.read()
         body = sse({"type": "clip", "video": {"num_frames": 40}}, {"type": "delta", "text": "a"},
                    {"type": "delta", "text": "b"}, DONE, "[DONE]")
-        return httpx.Response(200, content=body, headers={"x-request-id": "vq-1"})
+        return httpx.Response(200, content=body, headers={"x-request-id": "vq-1", **SSE})
 
     rec = asyncio.run(exchange(handler))
     assert rec.ok and rec.status == 200 and rec.request_id == "vq-1"
@@ -114,7 +117,7 @@ def test_error_status_keeps_the_servers_error_type():
 
 
 def test_a_stream_without_done_and_transport_failures_are_classified():
-    rec = asyncio.run(exchange(lambda r: httpx.Response(200, content=sse({"type": "delta", "text": "a"}))))
+    rec = asyncio.run(exchange(lambda r: httpx.Response(200, content=sse({"type": "delta", "text": "a"}), headers=SSE)))
     assert rec.error_kind == "protocol" and "without a 'done'" in rec.error_message
 
     def refuse(request):
@@ -127,8 +130,12 @@ def test_a_stream_without_done_and_transport_failures_are_classified():
 
     assert asyncio.run(exchange(slow, stream=False)).error_kind == "timeout"
     err = asyncio.run(exchange(lambda r: httpx.Response(200, content=sse({"type": "error", "error": {
-        "type": "internal_error", "message": "boom"}}, "[DONE]"))))
+        "type": "internal_error", "message": "boom"}}, "[DONE]"), headers=SSE)))
     assert err.error_kind == "stream" and err.error_type == "internal_error"
+    # A 200 that is not an event stream (a proxy's HTML page, say) is a protocol error, not a crash.
+    html = asyncio.run(exchange(lambda r: httpx.Response(200, content=b"<html>ok</html>",
+                                                         headers={"content-type": "text/html"})))
+    assert html.error_kind == "protocol" and "text/event-stream" in (html.error_message or "")
 
 
 def test_non_streaming_response_body():
@@ -165,7 +172,7 @@ def answer_after(delay_s: float, log: list | None = None):
             log.append((asyncio.get_running_loop().time(), inflight[0]))
         await asyncio.sleep(delay_s)
         inflight[0] -= 1
-        return httpx.Response(200, content=sse({"type": "delta", "text": "a"}, DONE, "[DONE]"))
+        return httpx.Response(200, content=sse({"type": "delta", "text": "a"}, DONE, "[DONE]"), headers=SSE)
 
     return handler
 
@@ -244,7 +251,7 @@ def test_a_refusal_keeps_its_retry_after():
 def test_deltas_are_counted_in_both_json_spacings():
     body = (b'data: {"type": "delta", "text": "a"}\n\ndata: {"type":"delta","text":"b"}\n\n'
             b'data: {"type": "delta", "text": "c"}\n\n' + sse(DONE, "[DONE]"))
-    rec = asyncio.run(exchange(lambda r: httpx.Response(200, content=body)))
+    rec = asyncio.run(exchange(lambda r: httpx.Response(200, content=body, headers=SSE)))
     assert rec.ok and rec.delta_events == 3 and rec.first_token_s == 1.0
 
 

@@ -83,7 +83,7 @@ def test_an_openai_stream_gives_ttft_at_the_first_content_and_the_usage():
                 + "data: " + json.dumps({"id": "c1", "choices": [], "usage": {"prompt_tokens": 8100,
                                                                                 "completion_tokens": 2}}) + "\n\n"
                 + "data: [DONE]\n\n")
-        return httpx.Response(200, content=body.encode())
+        return httpx.Response(200, content=body.encode(), headers={"content-type": "text/event-stream"})
 
     async def main():
         loop = asyncio.get_running_loop()
@@ -104,7 +104,8 @@ def test_all_questions_are_asked_about_every_window_together():
         body = json.loads(request.content)
         seen.append((asyncio.get_running_loop().time(), request.url.path, body["messages"][0]["content"][1]["text"]))
         await asyncio.sleep(0.05)
-        return httpx.Response(200, content=(chunk(content="a") + "data: [DONE]\n\n").encode())
+        return httpx.Response(200, content=(chunk(content="a") + "data: [DONE]\n\n").encode(),
+                              headers={"content-type": "text/event-stream"})
 
     s = settings(all_questions=True, duration_s=0.4)
     windows = (WINDOW, Window(4, 40.0, 50.0, 0.0, 10.0, b"other window", "reencode", 0.0))

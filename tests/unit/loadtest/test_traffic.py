@@ -25,7 +25,8 @@ def server(service_s: float, seen: list, status: int = 200):
             return httpx.Response(status, headers={"retry-after": "1"}, json={"error": {"type": "overloaded"}})
         if b'name="stream"\r\n\r\ntrue' in request.read():
             return httpx.Response(200, content=b'data: {"type": "delta", "text": "a"}\n\n'
-                                  b"data: " + httpx.Response(200, json=DONE).content + b"\n\ndata: [DONE]\n\n")
+                                  b"data: " + httpx.Response(200, json=DONE).content + b"\n\ndata: [DONE]\n\n",
+                                  headers={"content-type": "text/event-stream"})
         return httpx.Response(200, json={k: v for k, v in DONE.items() if k != "type"})
 
     return handler
@@ -139,7 +140,7 @@ def test_json_bodies_to_a_chat_route_read_openai_chunks():
         await asyncio.sleep(0.5)
         body = (chat_chunk("") + chat_chunk("Hel") + chat_chunk("lo")
                 + chat_chunk(usage={"prompt_tokens": 90, "completion_tokens": 2}, choices=False) + b"data: [DONE]\n\n")
-        return httpx.Response(200, content=body)
+        return httpx.Response(200, content=body, headers={"content-type": "text/event-stream"})
 
     bodies = [{"model": "m", "messages": [{"role": "user", "content": f"q{i}"}], "stream": True} for i in range(3)]
     recs = in_virtual_time(traffic.batch_json, handler, bodies)
@@ -149,13 +150,13 @@ def test_json_bodies_to_a_chat_route_read_openai_chunks():
     assert [(r.prompt_tokens, r.completion_tokens, r.request_id) for r in recs] == [(90, 2, "chatcmpl-1")] * 3
 
     async def cut(request):
-        return httpx.Response(200, content=chat_chunk("a"))  # no [DONE]
+        return httpx.Response(200, content=chat_chunk("a"), headers={"content-type": "text/event-stream"})  # no [DONE]
 
     assert in_virtual_time(traffic.batch_json, cut, bodies[:1])[0].error_kind == "protocol"
 
     async def failing(request):
         return httpx.Response(200, content=b'data: {"error": {"type": "internal_error", "message": "boom"}}\n\n'
-                              b"data: [DONE]\n\n")
+                              b"data: [DONE]\n\n", headers={"content-type": "text/event-stream"})
 
     err = in_virtual_time(traffic.batch_json, failing, bodies[:1])[0]
     assert err.error_kind == "stream" and err.error_type == "internal_error" and not err.ok
