@@ -62,8 +62,8 @@ from benchmarks.decode_bounds import (
     pyav_decode_cpu_s,
 )
 from serve_app.config import DecodeConfig, LimitsConfig
-from serve_app.decode.clip import DecodedClip, decode_clip
-from serve_app.decode.sampling import FrameSampling
+from serve_app.decode.clip import decode_clip
+from serve_app.protocol import DecodedClip, FrameSampling
 
 logger = logging.getLogger(__name__)
 

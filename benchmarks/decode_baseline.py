@@ -15,7 +15,7 @@ from typing import Any
 from benchmarks.cpu_time import cpu_summary, own_cpu_s
 from serve_app.config import DecodeConfig, LimitsConfig
 from serve_app.decode.clip import decode_clip
-from serve_app.decode.sampling import FrameSampling
+from serve_app.protocol import FrameSampling
 
 #: The project's checkout (the git repository the revision is read from).
 ROOT = Path(__file__).resolve().parents[1]

@@ -36,7 +36,7 @@ def lone_clip_latency(path: Path, threads: list[int], repeats: int) -> list[dict
     from loadtest import statistics as stats
     from serve_app.config import DecodeConfig, LimitsConfig
     from serve_app.decode.clip import decode_clip
-    from serve_app.decode.sampling import FrameSampling
+    from serve_app.protocol import FrameSampling
 
     def once(n: int) -> tuple[float, float, int]:
         t0, c0 = time.perf_counter(), time.process_time()

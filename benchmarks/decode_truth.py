@@ -56,8 +56,8 @@ import numpy as np
 from benchmarks.mutations import MUTATIONS
 from serve_app.config import DecodeConfig, LimitsConfig
 from serve_app.decode.clip import decode_clip
-from serve_app.decode.sampling import FrameSampling
 from serve_app.errors import ServeAppError
+from serve_app.protocol import FrameSampling
 
 logger = logging.getLogger(__name__)
 

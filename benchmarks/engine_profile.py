@@ -162,6 +162,7 @@ async def _burst(llm: Any, prompts: list[dict], sampling: Any, tag: str, stagger
 
 def _prompts(clips: list[Any], mode: str, extra_processor_kwargs: dict[str, Any]) -> list[dict]:
     """Engine prompts for the clips, each with a fresh multimodal id (no cache can serve it)."""
+    from serve_app.decode.vision_patches import video_input
     from serve_app.model.engines.vllm_inputs import processor_kwargs
     from serve_app.model.prompt import render_prompt
 
@@ -170,7 +171,7 @@ def _prompts(clips: list[Any], mode: str, extra_processor_kwargs: dict[str, Any]
     for c in clips:
         uid = uuid.uuid4().hex
         if mode == "patches":
-            out.append({"prompt": text, "multi_modal_data": {"video": c.video_input()},
+            out.append({"prompt": text, "multi_modal_data": {"video": video_input(c)},
                         "multi_modal_uuids": {"video": [uid]}})
         else:
             out.append({"prompt": text, "multi_modal_data": {"video": c}, "multi_modal_uuids": {"video": [uid]},

@@ -184,6 +184,6 @@ def decode_file(path: Path):
     """Decodes one whole window file with the project's decoder (4 fps, Cosmos pixel budget)."""
     from serve_app.config import DecodeConfig, LimitsConfig
     from serve_app.decode.clip import decode_clip
-    from serve_app.decode.sampling import FrameSampling
+    from serve_app.protocol import FrameSampling
 
     return decode_clip(path, FrameSampling(fps=4.0, max_frames=128), DecodeConfig(), LimitsConfig())

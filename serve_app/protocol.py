@@ -12,10 +12,11 @@ The graph is Ingress → VideoDecoder → VideoModel. What travels between them:
   :class:`ErrorInfo` and nothing else), then :class:`Delta` values as tokens
   arrive, then one :class:`Done` (or an :class:`ErrorInfo` if generation fails).
 
-Every type here is a frozen value (dataclass or pydantic model) that pickles.
-``DecodedClip`` is defined by :mod:`serve_app.decode.clip`, ``FrameSampling`` by :mod:`serve_app.decode.sampling`,
-``ClipSource`` by :mod:`serve_app.sources.rules`, ``ErrorInfo`` by :mod:`serve_app.errors`;
-they are re-exported here so the handle contract reads in one place.
+Every type here is a frozen value (dataclass or pydantic model) that pickles, defined here (``ErrorInfo``
+comes with the error base, :mod:`serve_app.errors`). They carry no behaviour: properties only derive values
+from their fields. What is done with them lives next to its users (decoding and patchifying in
+:mod:`serve_app.decode`, the source rules in :mod:`serve_app.sources`). This module imports nothing of
+the project but :mod:`serve_app.errors`: it is the runtime's bottom floor.
 """
 
 from __future__ import annotations
@@ -23,12 +24,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal, TypeAlias
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from serve_app.decode.clip import DecodedClip, describe
-from serve_app.decode.sampling import FrameSampling
 from serve_app.errors import ErrorInfo
-from serve_app.sources.rules import ClipSource
 
 __all__ = [
     "ClipInfo",
@@ -39,10 +38,12 @@ __all__ = [
     "Done",
     "ErrorInfo",
     "FrameSampling",
+    "Gap",
     "ModelChunk",
     "SamplingOptions",
     "Turn",
     "VideoInfo",
+    "VisionPatches",
 ]
 
 
@@ -52,6 +53,184 @@ GREEDY_TEMPERATURE_EPS = 1e-5
 #: Smallest repetition penalty accepted (requests and config): a penalty divides the logits of tokens already
 #: seen, so a tiny one overflows them (1e-300: inf/nan probabilities); values below 1 encourage repetition.
 MIN_REPETITION_PENALTY = 0.01
+
+
+# --------------------------------------------------------------------------- to the decoder
+
+
+@dataclasses.dataclass(frozen=True)
+class FrameSampling:
+    """Frame sampling of a clip: which window, at what rate, how many frames at most.
+
+    (Token sampling is :class:`SamplingOptions`; the sampling math is :mod:`serve_app.decode.sampling`.)
+
+    Attributes:
+        fps: target sampling rate, frames per second.
+        max_frames: cap on frames (the rate is lowered evenly to respect it).
+        start_s, end_s: optional window in clip seconds (0 = first frame).
+    """
+
+    fps: float
+    max_frames: int
+    start_s: float | None = None
+    end_s: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ClipSource:
+    """One clip source: exactly one of ``data``, ``path`` or ``url``.
+
+    The rules a source must pass (allowed roots, public addresses) are :mod:`serve_app.sources.rules`,
+    applied where the source is read (the decoder replica).
+
+    Attributes:
+        data: the clip's bytes (uploads, ``data:`` URLs).
+        path: a local file path, checked against the allowed roots where it is read.
+        url: an ``http(s)://`` or ``rtsp://`` URL, checked and fetched by the decoder.
+        name: a label for logs and errors (file name, path or URL).
+    """
+
+    data: bytes | None = None
+    path: str | None = None
+    url: str | None = None
+    name: str = "video"
+
+    def __post_init__(self) -> None:
+        if sum(x is not None for x in (self.data, self.path, self.url)) != 1:
+            raise ValueError("a ClipSource holds exactly one of data, path or url")
+
+    @property
+    def param(self) -> str:
+        """The request field this source came from (for error messages)."""
+        if self.data is not None:
+            return "video"
+        return "video_path" if self.path is not None else "video_url"
+
+
+# --------------------------------------------------------------------------- from the decoder
+
+
+@dataclasses.dataclass(frozen=True)
+class Gap:
+    """Grid targets a decode left unfilled by more than one step (the warning text:
+    :func:`serve_app.decode.timeline.gap_message`).
+
+    Attributes:
+        start_s, end_s: first and last unfilled target in clip seconds.
+        targets: how many targets of the grid fall in the gap.
+        reason: why no frame is there, in words.
+    """
+
+    start_s: float
+    end_s: float
+    targets: int
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class VisionPatches:
+    """A clip as the vision tower's input (made by :func:`serve_app.decode.vision_patches.patchify`;
+    :func:`serve_app.decode.vision_patches.video_input` views it as the engine's tensors).
+
+    Attributes:
+        bits: ``(N, 1176) uint16``: bf16 bit patterns of the normalised patch rows,
+            ``N = t·h·w`` (rows in the HF processor's order).
+        grid_thw: ``(t, h, w)``: temporal patches (frame pairs) and patch rows/columns per frame.
+        second_per_grid_s: seconds between two temporal patches (``2 / fps``): Qwen2.5-VL's
+            temporal positions (``second_per_grid_ts``).
+        patch_size: side of one patch, pixels (14); with ``temporal_patch_size`` (frames per
+            temporal patch, 2) the value says what frame size and count it covers.
+        temporal_patch_size: frames per temporal patch (2).
+    """
+
+    bits: np.ndarray
+    grid_thw: tuple[int, int, int]
+    second_per_grid_s: float
+    patch_size: int
+    temporal_patch_size: int
+
+    @property
+    def num_frames(self) -> int:
+        """Frames the patches cover (T, even)."""
+        return self.grid_thw[0] * self.temporal_patch_size
+
+    @property
+    def frame_height(self) -> int:
+        """Frame height in pixels."""
+        return self.grid_thw[1] * self.patch_size
+
+    @property
+    def frame_width(self) -> int:
+        """Frame width in pixels."""
+        return self.grid_thw[2] * self.patch_size
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of pixel data."""
+        return int(self.bits.nbytes)
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodedClip:
+    """Sampled frames of one clip, ready for the model (made by :func:`serve_app.decode.clip.decode_clip`;
+    changed only by copy: :func:`dataclasses.replace`).
+
+    Attributes:
+        frames: ``(T, H, W, 3) uint8`` RGB, T even ≥ 2, H and W multiples of 28; None once the
+            clip travels as ``patches`` (:func:`serve_app.decode.vision_patches.as_patches`).
+        timestamps_s: ``(T_real,) float64`` presentation time of each decoded
+            frame in seconds from the clip's first frame, strictly increasing;
+            ``T - T_real`` trailing frames repeat the last one (``padded_frames``).
+        fps: effective sampling rate in frames per second (the model's temporal
+            positions come from it: Qwen2.5-VL spaces frame pairs 2/fps s apart).
+        source_width, source_height: displayed source size in pixels.
+        source_fps: average source frame rate (frames/s), if known.
+        duration_s: clip length in seconds (end of the last frame).
+        rotation_deg: display rotation applied, degrees clockwise (0, 90, 180 or 270).
+        padded_frames: frames appended to reach an even count.
+        warnings: human-readable notes (e.g. where decoding stopped).
+        decode_ms: wall time spent decoding, in milliseconds.
+        decoded_frames: pictures the decoder actually decoded (≤ the clip's frames).
+        gaps: grid targets left unfilled by more than one step, with the reason (also in ``warnings``).
+        decode_path: ``"planned"`` (the fast path), ``"plain"``, or ``"planned, then plain (…)"``
+            when the fast path saw trouble and the window was decoded again the plain way.
+        patches: the frames as the vision tower's input (``model.vision_input: patches``), else None.
+    """
+
+    frames: np.ndarray | None
+    timestamps_s: np.ndarray
+    fps: float
+    source_width: int
+    source_height: int
+    source_fps: float | None
+    duration_s: float
+    rotation_deg: int = 0
+    padded_frames: int = 0
+    warnings: tuple[str, ...] = ()
+    decode_ms: float = 0.0
+    decoded_frames: int = 0
+    gaps: tuple[Gap, ...] = ()
+    decode_path: str = "planned"
+    patches: VisionPatches | None = None
+
+    @property
+    def num_frames(self) -> int:
+        """Frames sent to the model (T, even)."""
+        if self.frames is None:
+            assert self.patches is not None  # a clip holds frames or patches
+            return self.patches.num_frames
+        return int(self.frames.shape[0])
+
+    @property
+    def frame_size(self) -> tuple[int, int]:
+        """``(width, height)`` of the frames sent to the model, pixels."""
+        if self.frames is None:
+            assert self.patches is not None  # a clip holds frames or patches
+            return self.patches.frame_width, self.patches.frame_height
+        return int(self.frames.shape[2]), int(self.frames.shape[1])
+
+
+# --------------------------------------------------------------------------- to and from the model
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,8 +326,22 @@ class VideoInfo(BaseModel):
 
     @classmethod
     def of(cls, clip: DecodedClip) -> VideoInfo:
-        """The metadata of a decoded clip (rounded as :func:`serve_app.decode.clip.describe` rounds it)."""
-        return cls.model_validate(describe(clip))
+        """The metadata of a decoded clip (no pixels), times rounded to 0.1 ms, rates to 1e-6 (``fps``)
+        and 1e-4 (``source_fps``)."""
+        width, height = clip.frame_size
+        return cls(
+            num_frames=clip.num_frames,
+            frame_width=width,
+            frame_height=height,
+            timestamps_s=[round(float(t), 4) for t in clip.timestamps_s],
+            padded_frames=clip.padded_frames,
+            fps=round(clip.fps, 6),
+            source_width=clip.source_width,
+            source_height=clip.source_height,
+            source_fps=None if clip.source_fps is None else round(clip.source_fps, 4),
+            duration_s=round(clip.duration_s, 4),
+            rotation_deg=clip.rotation_deg,
+        )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -22,9 +22,10 @@ from serve_app.cameras.opening import PermanentSourceError
 from serve_app.cameras.rules import frame_area_bound
 from serve_app.cameras.windows import Window
 from serve_app.config import AppConfig
-from serve_app.decode.clip import DecodedClip
 from serve_app.decode.frames import FrameStore, apply_display
 from serve_app.decode.sampling import even_frame_count
+from serve_app.decode.vision_patches import as_patches
+from serve_app.protocol import DecodedClip
 
 
 class HeldFrames:
@@ -156,7 +157,7 @@ class ReadyWindow:
             decode_ms=self.decode_ms,
             decoded_frames=n,
         )
-        return clip.as_patches() if self.patches else clip
+        return as_patches(clip) if self.patches else clip
 
 
 def jpeg_thumbnail(rgb: np.ndarray, width: int) -> bytes:

@@ -26,10 +26,10 @@ import time
 import av
 
 from serve_app.config import DecodeConfig, LimitsConfig, SourcesConfig
-from serve_app.decode.clip import DecodedClip
+from serve_app.decode.clip import clip_from_store
 from serve_app.decode.container import check_frame_limits, configure_decoder, video_stream
 from serve_app.decode.frames import FrameStore
-from serve_app.decode.sampling import FrameSampling, FrameSelector, plan_grid
+from serve_app.decode.sampling import FrameSelector, plan_grid
 from serve_app.errors import (
     ForbiddenSourceError,
     PayloadTooLargeError,
@@ -38,6 +38,7 @@ from serve_app.errors import (
     UpstreamTimeoutError,
 )
 from serve_app.log_limit import LOG_LIMIT, get_logger
+from serve_app.protocol import DecodedClip, FrameSampling
 from serve_app.sources.rtsp_relay import RtspRelay
 from serve_app.sources.rules import check_url
 from serve_app.text import log_safe
@@ -201,7 +202,7 @@ def capture_rtsp(  # noqa: C901 - one live read loop: each branch is a documente
         raise UnprocessableClipError(f"no frame arrived from the camera at {checked.host}", param=PARAM)
     if last_t + 1e-6 < capture_s - grid.step_s and not warnings:
         warnings.append(f"the stream ended at {last_t:.2f} s of the {capture_s:g}-s capture")
-    return DecodedClip.from_store(
+    return clip_from_store(
         store,
         fps=grid.fps,
         source_fps=float(stream.average_rate) if stream.average_rate else None,

@@ -1,7 +1,7 @@
 """Clip decoding with PyAV: sample by presentation timestamp, resize to the pixel budget.
 
 :func:`decode_clip` turns clip bytes (or a file path) into a
-:class:`DecodedClip`: one ``(T, H, W, 3) uint8`` RGB array plus metadata.
+:class:`serve_app.protocol.DecodedClip`: one ``(T, H, W, 3) uint8`` RGB array plus metadata.
 
 1. **Open** (:mod:`serve_app.decode.container`): video container formats only; a
    known container that will not open is 422 (truncated/damaged), anything
@@ -44,11 +44,11 @@ with their HTTP status.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -56,11 +56,11 @@ from serve_app.config import DecodeConfig, LimitsConfig
 from serve_app.decode.container import check_frame_limits, configure_decoder, open_container, video_stream
 from serve_app.decode.frames import FrameStore
 from serve_app.decode.passes import PacketIndex, decode_plain, decode_planned, demux, error_warning, frame_rate
-from serve_app.decode.sampling import FrameGrid, FrameSampling, plan_grid, plan_picks
-from serve_app.decode.timeline import INDEX_TIMED_FORMATS, Gap, Timeline, build_timeline, find_gaps
-from serve_app.decode.vision_patches import VisionPatches, patchify
+from serve_app.decode.sampling import FrameGrid, plan_grid, plan_picks
+from serve_app.decode.timeline import INDEX_TIMED_FORMATS, Timeline, build_timeline, find_gaps, gap_message
 from serve_app.errors import PayloadTooLargeError, UnprocessableClipError
 from serve_app.log_limit import get_logger
+from serve_app.protocol import DecodedClip, FrameSampling, Gap
 from serve_app.text import log_safe
 
 if TYPE_CHECKING:
@@ -73,103 +73,30 @@ logger = get_logger(__name__)
 _TRUNCATION_SLACK_S = 0.5
 
 
-@dataclasses.dataclass
-class DecodedClip:
-    """Sampled frames of one clip, ready for the model.
-
-    Attributes:
-        frames: ``(T, H, W, 3) uint8`` RGB, T even ≥ 2, H and W multiples of 28; None once the
-            clip travels as ``patches`` (:meth:`as_patches`).
-        timestamps_s: ``(T_real,) float64`` presentation time of each decoded
-            frame in seconds from the clip's first frame, strictly increasing;
-            ``T - T_real`` trailing frames repeat the last one (``padded_frames``).
-        fps: effective sampling rate in frames per second (the model's temporal
-            positions come from it: Qwen2.5-VL spaces frame pairs 2/fps s apart).
-        source_width, source_height: displayed source size in pixels.
-        source_fps: average source frame rate (frames/s), if known.
-        duration_s: clip length in seconds (end of the last frame).
-        rotation_deg: display rotation applied, degrees clockwise (0, 90, 180 or 270).
-        padded_frames: frames appended to reach an even count.
-        warnings: human-readable notes (e.g. where decoding stopped).
-        decode_ms: wall time spent decoding, in milliseconds.
-        decoded_frames: pictures the decoder actually decoded (≤ the clip's frames).
-        gaps: grid targets left unfilled by more than one step, with the reason (also in ``warnings``).
-        decode_path: ``"planned"`` (the fast path), ``"plain"``, or ``"planned, then plain (…)"``
-            when the fast path saw trouble and the window was decoded again the plain way.
-        patches: the frames as the vision tower's input (``model.vision_input: patches``), else None.
-    """
-
-    frames: np.ndarray | None
-    timestamps_s: np.ndarray
-    fps: float
-    source_width: int
-    source_height: int
-    source_fps: float | None
-    duration_s: float
-    rotation_deg: int = 0
-    padded_frames: int = 0
-    warnings: list[str] = dataclasses.field(default_factory=list)
-    decode_ms: float = 0.0
-    decoded_frames: int = 0
-    gaps: list[Gap] = dataclasses.field(default_factory=list)
-    decode_path: str = "planned"
-    patches: VisionPatches | None = None
-
-    @property
-    def num_frames(self) -> int:
-        """Frames sent to the model (T, even)."""
-        if self.frames is None:
-            assert self.patches is not None  # a clip holds frames or patches
-            return self.patches.num_frames
-        return int(self.frames.shape[0])
-
-    @property
-    def frame_size(self) -> tuple[int, int]:
-        """``(width, height)`` of the frames sent to the model, pixels."""
-        if self.frames is None:
-            assert self.patches is not None  # a clip holds frames or patches
-            return self.patches.frame_width, self.patches.frame_height
-        return int(self.frames.shape[2]), int(self.frames.shape[1])
-
-    def as_patches(self) -> DecodedClip:
-        """This clip with its frames turned into the vision tower's input (frames dropped).
-
-        The time taken is added to ``decode_ms`` (it is the decode tier's work). A clip already
-        in patches is returned as is.
-
-        Raises:
-            ValueError: frames the model's processor would resize (see :func:`patchify`).
-        """
-        if self.frames is None:
-            return self
-        t0 = time.perf_counter()
-        patches = patchify(self.frames, self.fps)
-        return dataclasses.replace(
-            self, frames=None, patches=patches, decode_ms=self.decode_ms + (time.perf_counter() - t0) * 1000
-        )
-
-    @classmethod
-    def from_store(cls, store: FrameStore, *, fps: float, source_fps: float | None, duration_s: float,
-                   warnings: list[str], t_start: float, **extra: Any) -> DecodedClip:
-        """The clip a :class:`FrameStore` holds (padded to an even count), timed from ``t_start``
-        (``time.perf_counter()`` when decoding began); ``extra`` sets further fields."""
-        frames, timestamps, padded = store.finish()
-        if store.source_size is None:
-            raise ValueError("a FrameStore with no frames makes no clip")
-        return cls(
-            frames=frames,
-            timestamps_s=timestamps,
-            fps=fps,
-            source_width=store.source_size[0],
-            source_height=store.source_size[1],
-            source_fps=source_fps,
-            duration_s=duration_s,
-            rotation_deg=store.rotation_cw,
-            padded_frames=padded,
-            warnings=warnings,
-            decode_ms=(time.perf_counter() - t_start) * 1000,
-            **extra,
-        )
+def clip_from_store(store: FrameStore, *, fps: float, source_fps: float | None, duration_s: float,
+                    warnings: Sequence[str], t_start: float, decoded_frames: int = 0, gaps: Sequence[Gap] = (),
+                    decode_path: str = "planned") -> DecodedClip:
+    """The clip a :class:`FrameStore` holds (padded to an even count), timed from ``t_start``
+    (``time.perf_counter()`` when decoding began)."""
+    frames, timestamps, padded = store.finish()
+    if store.source_size is None:
+        raise ValueError("a FrameStore with no frames makes no clip")
+    return DecodedClip(
+        frames=frames,
+        timestamps_s=timestamps,
+        fps=fps,
+        source_width=store.source_size[0],
+        source_height=store.source_size[1],
+        source_fps=source_fps,
+        duration_s=duration_s,
+        rotation_deg=store.rotation_cw,
+        padded_frames=padded,
+        warnings=tuple(warnings),
+        decode_ms=(time.perf_counter() - t_start) * 1000,
+        decoded_frames=decoded_frames,
+        gaps=tuple(gaps),
+        decode_path=decode_path,
+    )
 
 
 # --------------------------------------------------------------------------- entry point
@@ -293,7 +220,7 @@ def decode_clip(  # noqa: C901 - the decode pipeline in order: open, plan, two d
     if damage:
         warnings.append(error_warning(damage))
     gaps = find_gaps(grid, np.asarray(store.times_s), times, done.first_s, keys, done.errors)
-    warnings += [g.message() for g in gaps]
+    warnings += [gap_message(g) for g in gaps]
     warnings += _size_change_warnings(store)
     n_real = len(store)
     if n_real == 0 or (warnings and n_real < 2):
@@ -302,7 +229,7 @@ def decode_clip(  # noqa: C901 - the decode pipeline in order: open, plan, two d
         raise UnprocessableClipError(f"fewer than 2 frames could be decoded{where}{why}", param="video")
     for w in warnings:
         logger.info("partial clip: %s", log_safe(w, limit=500))
-    return DecodedClip.from_store(
+    return clip_from_store(
         store,
         fps=grid.fps,
         source_fps=source_fps,
@@ -373,20 +300,3 @@ def _plan_wanted(idx: PacketIndex, timeline: Timeline, grid: FrameGrid) -> dict[
     times = cand_t[order]
     picks = plan_picks(times, grid, refs_sorted)
     return {int(cand[order[i]]): float(times[i]) for i in picks}
-
-
-def describe(clip: DecodedClip) -> dict[str, Any]:
-    """JSON-ready metadata of a decoded clip (no pixels)."""
-    return {
-        "num_frames": clip.num_frames,
-        "frame_width": clip.frame_size[0],
-        "frame_height": clip.frame_size[1],
-        "timestamps_s": [round(float(t), 4) for t in clip.timestamps_s],
-        "padded_frames": clip.padded_frames,
-        "fps": round(clip.fps, 6),
-        "source_width": clip.source_width,
-        "source_height": clip.source_height,
-        "source_fps": None if clip.source_fps is None else round(clip.source_fps, 4),
-        "duration_s": round(clip.duration_s, 4),
-        "rotation_deg": clip.rotation_deg,
-    }

@@ -24,9 +24,10 @@ from serve_app.config import DecodeConfig, LimitsConfig
 from serve_app.decode.bitstream import ReferenceParser
 from serve_app.decode.container import check_frame_limits
 from serve_app.decode.frames import FrameStore
-from serve_app.decode.sampling import FrameGrid, FrameSampling, FrameSelector
+from serve_app.decode.sampling import FrameGrid, FrameSelector
 from serve_app.decode.timeline import DISCONTINUITY_S, Timeline
 from serve_app.errors import PayloadTooLargeError, UpstreamTimeoutError
+from serve_app.protocol import FrameSampling
 
 if TYPE_CHECKING:
     from av.container import InputContainer
@@ -63,7 +64,7 @@ def demux(
     """Reads every video packet (to the window's end plus a post-roll) without decoding.
 
     Args:
-        request: a :class:`serve_app.decode.sampling.FrameSampling` (fps, window in seconds).
+        request: a :class:`serve_app.protocol.FrameSampling` (fps, window in seconds).
         index_timed: time packets by their number (the container's timestamps are not trusted).
         deadline: ``time.perf_counter()`` value past which reading is a 504.
 

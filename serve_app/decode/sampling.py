@@ -1,7 +1,8 @@
 """Frame sampling math: which frames of a clip to keep, and at what size (token sampling is elsewhere:
 :mod:`serve_app.protocol` ``SamplingOptions``).
 
-Pure functions, no decoding. Times are seconds; sizes are pixels.
+Pure functions, no decoding (the request's value is :class:`serve_app.protocol.FrameSampling`).
+Times are seconds; sizes are pixels.
 
 Frame size follows Qwen2.5-VL's ``smart_resize`` (transformers
 ``image_processing_qwen2_vl.smart_resize``, the same as qwen-vl-utils) with
@@ -19,25 +20,6 @@ import numpy as np
 
 from serve_app.config import PIXEL_FACTOR, PixelBudget
 from serve_app.errors import UnprocessableClipError
-
-
-@dataclasses.dataclass(frozen=True)
-class FrameSampling:
-    """Frame sampling of a clip: which window, at what rate, how many frames at most.
-
-    (Token sampling is :class:`serve_app.protocol.SamplingOptions`.)
-
-    Attributes:
-        fps: target sampling rate, frames per second.
-        max_frames: cap on frames (the rate is lowered evenly to respect it).
-        start_s, end_s: optional window in clip seconds (0 = first frame).
-    """
-
-    fps: float
-    max_frames: int
-    start_s: float | None = None
-    end_s: float | None = None
-
 
 #: Qwen2.5-VL's temporal patch: frames enter the vision tower in pairs.
 TEMPORAL_PATCH = 2

@@ -28,6 +28,7 @@ import dataclasses
 import numpy as np
 
 from serve_app.decode.sampling import FrameGrid
+from serve_app.protocol import Gap
 
 #: Containers with no trustworthy presentation timestamps: frame i shows at i / rate (FFmpeg
 #: format names; the decoder times these by frame index, and the load tester re-encodes windows
@@ -38,24 +39,9 @@ INDEX_TIMED_FORMATS = frozenset({"avi", "h264", "hevc", "m4v", "mjpeg"})
 DISCONTINUITY_S = 1.0
 
 
-@dataclasses.dataclass(frozen=True)
-class Gap:
-    """Grid targets a decode left unfilled by more than one step.
-
-    Attributes:
-        start_s, end_s: first and last unfilled target in clip seconds.
-        targets: how many targets of the grid fall in the gap.
-        reason: why no frame is there, in words.
-    """
-
-    start_s: float
-    end_s: float
-    targets: int
-    reason: str
-
-    def message(self) -> str:
-        """The warning text (time range and reason)."""
-        return f"no frames for {self.start_s:.2f}–{self.end_s:.2f} s ({self.targets} sampling targets): {self.reason}"
+def gap_message(gap: Gap) -> str:
+    """The warning text of a gap (time range and reason)."""
+    return f"no frames for {gap.start_s:.2f}–{gap.end_s:.2f} s ({gap.targets} sampling targets): {gap.reason}"
 
 
 @dataclasses.dataclass

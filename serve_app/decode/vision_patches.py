@@ -13,7 +13,7 @@ frames (``model.patchify: table``).
 How: the normalised value of a pixel depends only on its channel and its 8-bit value, so one
 ``(3, 256)`` table of bf16 values replaces the float arithmetic; the patch reordering is one
 transpose of the uint8 frames. bf16 has no numpy dtype: the values travel as their ``uint16``
-bit patterns (:class:`VisionPatches`), which Ray moves zero-copy, and are viewed as
+bit patterns (:class:`serve_app.protocol.VisionPatches`), which Ray moves zero-copy, and are viewed as
 ``torch.bfloat16`` at the engine.
 
 Sources: the layout and normalisation are those of transformers' ``Qwen2VLVideoProcessor``
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import time
 import warnings
 from typing import Any
 
@@ -40,6 +41,7 @@ from serve_app.model_facts import (
     SPATIAL_MERGE_SIZE,
     TEMPORAL_PATCH_SIZE,
 )
+from serve_app.protocol import DecodedClip, VisionPatches
 
 # Clips reach the replica in Ray's read-only shared memory; torch.from_numpy warns about that (once per
 # process) although nothing here writes to them. Filtered for this module only, at import: a filter set
@@ -50,57 +52,39 @@ warnings.filterwarnings("ignore", message="The given NumPy array is not writable
 PATCH_VALUES = 3 * TEMPORAL_PATCH_SIZE * PATCH_SIZE * PATCH_SIZE
 
 
-@dataclasses.dataclass(frozen=True)
-class VisionPatches:
-    """A clip as the vision tower's input.
+def video_input(patches: VisionPatches) -> dict[str, Any]:
+    """A clip's patches as Qwen2.5-VL's processed video fields (torch tensors, no copy of the pixels).
 
-    Attributes:
-        bits: ``(N, 1176) uint16``: bf16 bit patterns of the normalised patch rows,
-            ``N = t·h·w`` (rows in the HF processor's order).
-        grid_thw: ``(t, h, w)``: temporal patches (frame pairs) and patch rows/columns per frame.
-        second_per_grid_s: seconds between two temporal patches (``2 / fps``): Qwen2.5-VL's
-            temporal positions (``second_per_grid_ts``).
+    Returns:
+        ``pixel_values_videos`` ``(N, 1176) bfloat16``, ``video_grid_thw`` ``(1, 3) int64``,
+        ``second_per_grid_ts`` ``(1,) float32``: the keys vLLM's Qwen2.5-VL model reads.
     """
+    import torch
 
-    bits: np.ndarray
-    grid_thw: tuple[int, int, int]
-    second_per_grid_s: float
+    bits = torch.from_numpy(patches.bits)  # read-only input is fine: nothing writes to it
+    return {
+        "pixel_values_videos": bits.view(torch.bfloat16),
+        "video_grid_thw": torch.tensor([patches.grid_thw], dtype=torch.int64),
+        "second_per_grid_ts": torch.tensor([patches.second_per_grid_s], dtype=torch.float32),
+    }
 
-    @property
-    def num_frames(self) -> int:
-        """Frames the patches cover (T, even)."""
-        return self.grid_thw[0] * TEMPORAL_PATCH_SIZE
 
-    @property
-    def frame_height(self) -> int:
-        """Frame height in pixels."""
-        return self.grid_thw[1] * PATCH_SIZE
+def as_patches(clip: DecodedClip) -> DecodedClip:
+    """``clip`` with its frames turned into the vision tower's input (frames dropped; a copy).
 
-    @property
-    def frame_width(self) -> int:
-        """Frame width in pixels."""
-        return self.grid_thw[2] * PATCH_SIZE
+    The time taken is added to ``decode_ms`` (it is the decode tier's work). A clip already
+    in patches is returned as is.
 
-    @property
-    def nbytes(self) -> int:
-        """Bytes of pixel data."""
-        return int(self.bits.nbytes)
-
-    def video_input(self) -> dict[str, Any]:
-        """The clip as Qwen2.5-VL's processed video fields (torch tensors, no copy of the pixels).
-
-        Returns:
-            ``pixel_values_videos`` ``(N, 1176) bfloat16``, ``video_grid_thw`` ``(1, 3) int64``,
-            ``second_per_grid_ts`` ``(1,) float32``: the keys vLLM's Qwen2.5-VL model reads.
-        """
-        import torch
-
-        bits = torch.from_numpy(self.bits)  # read-only input is fine: nothing writes to it
-        return {
-            "pixel_values_videos": bits.view(torch.bfloat16),
-            "video_grid_thw": torch.tensor([self.grid_thw], dtype=torch.int64),
-            "second_per_grid_ts": torch.tensor([self.second_per_grid_s], dtype=torch.float32),
-        }
+    Raises:
+        ValueError: frames the model's processor would resize (see :func:`patchify`).
+    """
+    if clip.frames is None:
+        return clip
+    t0 = time.perf_counter()
+    patches = patchify(clip.frames, clip.fps)
+    return dataclasses.replace(
+        clip, frames=None, patches=patches, decode_ms=clip.decode_ms + (time.perf_counter() - t0) * 1000
+    )
 
 
 @functools.cache
@@ -145,6 +129,8 @@ def patchify(frames: np.ndarray, fps: float) -> VisionPatches:
         bits=bits.reshape(gt * gh * gw, PATCH_VALUES),
         grid_thw=(gt, gh, gw),
         second_per_grid_s=TEMPORAL_PATCH_SIZE / float(fps),
+        patch_size=PATCH_SIZE,
+        temporal_patch_size=TEMPORAL_PATCH_SIZE,
     )
 
 
@@ -186,7 +172,7 @@ def patchify_fields(frames: np.ndarray, fps: float, device: str = "cpu") -> dict
     Returns:
         ``pixel_values_videos`` ``(T/2 · H/14 · W/14, 1176) bfloat16`` (host memory),
         ``video_grid_thw`` ``(1, 3) int64``, ``second_per_grid_ts`` ``(1,) float32``: the keys of
-        :meth:`VisionPatches.video_input`.
+        :func:`video_input`.
 
     Raises:
         ValueError: as :func:`patchify`.
@@ -194,7 +180,7 @@ def patchify_fields(frames: np.ndarray, fps: float, device: str = "cpu") -> dict
     import torch
 
     if torch.device(device).type == "cpu":
-        return patchify(frames, fps).video_input()  # numpy is faster than torch for this on a CPU
+        return video_input(patchify(frames, fps))  # numpy is faster than torch for this on a CPU
     return _patchify_torch(frames, fps, device)
 
 

@@ -22,14 +22,14 @@ from ray import serve
 
 from serve_app.config import AppConfig
 from serve_app.decode.capture import capture_rtsp
-from serve_app.decode.clip import DecodedClip, decode_clip
-from serve_app.decode.sampling import FrameSampling
-from serve_app.decode.vision_patches import bf16_table
+from serve_app.decode.clip import decode_clip
+from serve_app.decode.vision_patches import as_patches, bf16_table
 from serve_app.errors import ErrorInfo, ServeAppError, internal_error
 from serve_app.log_limit import get_logger
 from serve_app.metrics import DecoderMetrics
+from serve_app.protocol import ClipSource, DecodedClip, FrameSampling
 from serve_app.sources.fetch import fetch_url
-from serve_app.sources.rules import ClipSource, resolve_local_path, url_scheme
+from serve_app.sources.rules import resolve_local_path, url_scheme
 from serve_app.text import log_safe
 
 logger = get_logger(__name__)
@@ -56,7 +56,7 @@ class VideoDecoder:
     def _decode(self, source: ClipSource, request: FrameSampling) -> DecodedClip:
         clip = self._decode_frames(source, request)
         if self.config.model.vision_input == "patches":  # the vision tower's input, made on this CPU tier
-            clip = clip.as_patches()
+            clip = as_patches(clip)
         return clip
 
     def _decode_frames(self, source: ClipSource, request: FrameSampling) -> DecodedClip:

@@ -1,6 +1,6 @@
 """Where a clip comes from, and the rules each kind of source must pass.
 
-A :class:`ClipSource` is a value that crosses deployment handles: uploaded
+A :class:`serve_app.protocol.ClipSource` is a value that crosses deployment handles: uploaded
 bytes, a local path that must resolve (``..`` and symlinks followed) inside
 one of the configured allowed roots, or a URL (``http``, ``https``,
 ``rtsp``) whose host must resolve to public addresses unless the config
@@ -48,34 +48,6 @@ TLS_VERIFY: ssl.SSLContext | bool = True
 def tls_verify() -> ssl.SSLContext | bool:
     """httpx's ``verify`` for https connections to checked URLs (:data:`TLS_VERIFY`, read at each call)."""
     return TLS_VERIFY
-
-
-@dataclasses.dataclass(frozen=True)
-class ClipSource:
-    """One clip source: exactly one of ``data``, ``path`` or ``url``.
-
-    Attributes:
-        data: the clip's bytes (uploads, ``data:`` URLs).
-        path: a local file path, checked against the allowed roots where it is read.
-        url: an ``http(s)://`` or ``rtsp://`` URL, checked and fetched by the decoder.
-        name: a label for logs and errors (file name, path or URL).
-    """
-
-    data: bytes | None = None
-    path: str | None = None
-    url: str | None = None
-    name: str = "video"
-
-    def __post_init__(self) -> None:
-        if sum(x is not None for x in (self.data, self.path, self.url)) != 1:
-            raise ValueError("a ClipSource holds exactly one of data, path or url")
-
-    @property
-    def param(self) -> str:
-        """The request field this source came from (for error messages)."""
-        if self.data is not None:
-            return "video"
-        return "video_path" if self.path is not None else "video_url"
 
 
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")

@@ -30,8 +30,7 @@ from serve_app.http.query.protocol import (
     QueryRequest,
     QueryResponse,
 )
-from serve_app.protocol import Delta, Done
-from serve_app.sources.rules import ClipSource
+from serve_app.protocol import ClipSource, Delta, Done
 
 ROUTE = "/v1/video/query"
 

@@ -14,14 +14,10 @@ import abc
 import dataclasses
 import warnings
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from serve_app.protocol import SamplingOptions
-
-if TYPE_CHECKING:
-    from serve_app.decode.vision_patches import VisionPatches
+from serve_app.protocol import SamplingOptions, VisionPatches
 
 # Frames reach the engines read-only (zero-copy out of Ray's object store). The HF video
 # processor only reads them, yet torch.from_numpy warns about every read-only array on the

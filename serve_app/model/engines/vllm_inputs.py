@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from serve_app.decode.vision_patches import patchify_fields
+from serve_app.decode.vision_patches import patchify_fields, video_input
 from serve_app.model.engines.base import GenerationRequest
 from serve_app.protocol import SamplingOptions
 
@@ -81,7 +81,7 @@ def engine_prompt(
     if request.patches is not None:
         return {
             "prompt": request.prompt,
-            "multi_modal_data": {"video": request.patches.video_input()},
+            "multi_modal_data": {"video": video_input(request.patches)},
             "multi_modal_uuids": {"video": [request.media_uuid]},
         }
     assert request.frames is not None  # a request carries frames or patches

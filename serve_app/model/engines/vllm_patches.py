@@ -46,7 +46,7 @@ def accept_processed_video() -> None:
     fields only for precomputed embeddings (``video_embeds`` + ``video_grid_thw``, passed through
     without the HF processor: ``DictEmbeddingItems``). This adds the same pass-through for the
     vision tower's input (``pixel_values_videos`` + ``video_grid_thw`` + ``second_per_grid_ts``,
-    as :meth:`serve_app.decode.vision_patches.VisionPatches.video_input` makes them), with the fields
+    as :func:`serve_app.decode.vision_patches.video_input` makes them), with the fields
     vLLM's ``Qwen2_5_VLMultiModalProcessor._get_mm_fields_config`` declares for them; the model
     then runs its vision tower on the pixels as it does after the HF processor. Any other input
     goes to vLLM's own parser. Idempotent; affects this process only (input processing runs in

@@ -167,8 +167,7 @@ def seconds_until(predicate, timeout_s: float) -> float | None:
 def test_decoder_scales_up_under_concurrent_load_and_back_down(app):
     from ray import serve
 
-    from serve_app.decode.sampling import FrameSampling
-    from serve_app.sources.rules import ClipSource
+    from serve_app.protocol import ClipSource, FrameSampling
 
     assert seconds_until(lambda: running_decoders() == 1, 30) is not None
     handle = serve.get_deployment_handle("VideoDecoder", app_name=APP)

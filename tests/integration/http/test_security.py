@@ -7,7 +7,7 @@ import httpx
 import openai
 import pytest
 
-from serve_app.sources.rules import ClipSource
+from serve_app.protocol import ClipSource
 from serve_app.testing.local_serve import TEST_API_KEY_ENV, deploy
 from serve_app.testing.local_serve import cpu_args as cpu_app_args
 

@@ -6,7 +6,8 @@ import pytest
 
 from serve_app.config import SourcesConfig
 from serve_app.errors import ForbiddenSourceError, InvalidRequestError, NotFoundError, UnprocessableClipError
-from serve_app.sources.rules import ClipSource, address_kind, check_url, resolve_local_path
+from serve_app.protocol import ClipSource
+from serve_app.sources.rules import address_kind, check_url, resolve_local_path
 from serve_app.sources.special_addresses import IPV4_BLOCKS, IPV6_BLOCKS, special_block
 
 

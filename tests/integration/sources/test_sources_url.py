@@ -15,8 +15,8 @@ import pytest
 
 from serve_app.config import DecodeConfig, LimitsConfig, SourcesConfig
 from serve_app.decode.clip import decode_clip
-from serve_app.decode.sampling import FrameSampling
 from serve_app.errors import ForbiddenSourceError, PayloadTooLargeError, UnprocessableClipError, UpstreamTimeoutError
+from serve_app.protocol import FrameSampling
 from serve_app.sources import rules as sources_module
 from serve_app.sources.fetch import fetch_url
 

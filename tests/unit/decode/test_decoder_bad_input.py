@@ -6,7 +6,6 @@ from clipgen import write_audio_only, write_video
 
 from serve_app.config import DecodeConfig, LimitsConfig
 from serve_app.decode.clip import decode_clip
-from serve_app.decode.sampling import FrameSampling
 from serve_app.errors import (
     NotFoundError,
     PayloadTooLargeError,
@@ -15,6 +14,7 @@ from serve_app.errors import (
     UnsupportedMediaError,
     UpstreamTimeoutError,
 )
+from serve_app.protocol import FrameSampling
 
 DEC, LIM = DecodeConfig(), LimitsConfig()
 REQ = FrameSampling(4, 128)

@@ -5,8 +5,8 @@ import pytest
 
 from serve_app.config import DecodeConfig, LimitsConfig
 from serve_app.decode.clip import decode_clip
-from serve_app.decode.sampling import FrameSampling
 from serve_app.errors import PayloadTooLargeError, UnprocessableClipError, UnsupportedMediaError
+from serve_app.protocol import FrameSampling
 
 DEC, LIM = DecodeConfig(), LimitsConfig()
 

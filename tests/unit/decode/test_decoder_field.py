@@ -14,8 +14,8 @@ from clipgen import NonSeekable, coded_frame, read_code, write_video
 
 from serve_app.config import DecodeConfig, LimitsConfig
 from serve_app.decode.clip import decode_clip
-from serve_app.decode.sampling import FrameSampling
 from serve_app.errors import PayloadTooLargeError, UnprocessableClipError
+from serve_app.protocol import FrameSampling
 
 DEC, LIM = DecodeConfig(), LimitsConfig()
 VFR_TIMES = list(np.arange(150) / 30) + list(5 + np.arange(25) * 0.2)  # 30 fps for 5 s, then 5 fps

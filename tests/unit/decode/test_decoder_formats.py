@@ -9,8 +9,8 @@ from clipgen import ffmpeg_frame, write_video
 
 from serve_app.config import DecodeConfig, LimitsConfig
 from serve_app.decode.clip import decode_clip
-from serve_app.decode.sampling import FrameSampling
 from serve_app.errors import UnprocessableClipError
+from serve_app.protocol import FrameSampling
 
 DEC, LIM = DecodeConfig(), LimitsConfig()
 COLOR = (200, 60, 30)

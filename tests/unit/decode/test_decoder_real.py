@@ -13,7 +13,7 @@ from serve_app.config import DecodeConfig, LimitsConfig
 from serve_app.decode.bitstream import ReferenceParser
 from serve_app.decode.clip import decode_clip
 from serve_app.decode.frames import FrameStore
-from serve_app.decode.sampling import FrameSampling
+from serve_app.protocol import FrameSampling
 
 DEC, LIM = DecodeConfig(), LimitsConfig()
 
@@ -45,7 +45,7 @@ def test_real_clips_sample_on_the_grid(data_dir, name, n_real, last_frame_s):
     assert clip.num_frames == n_real + n_real % 2
     assert_on_grid(clip.timestamps_s)
     assert clip.timestamps_s[-1] <= last_frame_s + 1e-6  # never past the last decoded frame
-    assert clip.warnings == []
+    assert clip.warnings == ()
     assert clip.frames.std() > 10  # real picture content
 
 
@@ -160,4 +160,4 @@ def test_other_containers_of_the_same_stream_sample_the_same_grid(data_dir, tmp_
     clip = sample(path)
     assert len(clip.timestamps_s) == 120 and clip.timestamps_s[-1] <= 29.9 + 1e-6
     assert_on_grid(clip.timestamps_s)
-    assert clip.warnings == []
+    assert clip.warnings == ()

@@ -11,9 +11,10 @@ from clipgen import write_video
 from benchmarks import mutations
 from serve_app.config import DecodeConfig, LimitsConfig
 from serve_app.decode.clip import decode_clip
-from serve_app.decode.sampling import FrameGrid, FrameSampling
+from serve_app.decode.sampling import FrameGrid
 from serve_app.decode.timeline import build_timeline, find_gaps
 from serve_app.errors import UnprocessableClipError
+from serve_app.protocol import FrameSampling
 
 DEC, LIM = DecodeConfig(), LimitsConfig()
 

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from serve_app.decode.clip import DecodedClip
-from serve_app.decode.vision_patches import PATCH_VALUES, bf16_table, patchify
+from serve_app.decode.vision_patches import PATCH_VALUES, as_patches, bf16_table, patchify, video_input
 from serve_app.model.engines.vllm_inputs import processor_kwargs
+from serve_app.protocol import DecodedClip
 
 VIDEO = "<|vision_start|><|video_pad|><|vision_end|>"
 
@@ -39,7 +39,7 @@ def test_patches_equal_the_hf_processor_in_bf16(processor, t, h, w, fps):
     frames = np.random.default_rng(t).integers(0, 256, (t, h, w, 3), dtype=np.uint8)
     ref_pixels, ref_grid, ref_spg = _reference(processor, frames, fps)
     patches = patchify(frames, fps)
-    fields = patches.video_input()
+    fields = video_input(patches)
     assert list(patches.grid_thw) == ref_grid
     assert fields["pixel_values_videos"].dtype == torch.bfloat16
     assert fields["pixel_values_videos"].shape == ref_pixels.shape == (int(np.prod(ref_grid)), PATCH_VALUES)
@@ -56,7 +56,7 @@ def test_every_8_bit_value_of_every_channel_matches(processor):
     for c in range(3):
         flat[:, :, c] = np.roll(np.resize(ramp, flat.shape[1]), 17 * c)[None, :]
     ref_pixels, _, _ = _reference(processor, frames, 4.0)
-    ours = patchify(frames, 4.0).video_input()["pixel_values_videos"]
+    ours = video_input(patchify(frames, 4.0))["pixel_values_videos"]
     assert torch.equal(ours.view(torch.int16), ref_pixels.view(torch.int16))
     table = torch.from_numpy(bf16_table().view(np.int16)).view(torch.bfloat16).float()
     assert bool((table.diff(dim=1) >= 0).all())  # increasing in the 8-bit value
@@ -89,11 +89,12 @@ def _clip(frames, fps=4.0):
 def test_a_clip_as_patches_keeps_its_geometry_and_drops_its_frames():
     frames = np.random.default_rng(1).integers(0, 256, (8, 56, 112, 3), dtype=np.uint8)
     clip = _clip(frames)
-    moved = clip.as_patches()
+    moved = as_patches(clip)
     assert moved.frames is None and moved.patches is not None
     assert (moved.num_frames, moved.frame_size) == (clip.num_frames, clip.frame_size) == (8, (112, 56))
     assert moved.decode_ms >= clip.decode_ms
-    assert moved.as_patches() is moved
+    assert as_patches(moved) is moved
+    assert clip.frames is frames and clip.patches is None  # the original clip is unchanged (frozen)
     assert dataclasses.replace(moved, decode_ms=0.0).patches is moved.patches
     assert moved.patches.nbytes == 2 * moved.patches.bits.size == 2 * (4 * 4 * 8 * PATCH_VALUES)
 
@@ -109,8 +110,7 @@ def _decoder(vision_input):
 def test_the_decode_tier_hands_patches_when_configured():
     from pathlib import Path
 
-    from serve_app.decode.sampling import FrameSampling
-    from serve_app.sources.rules import ClipSource
+    from serve_app.protocol import ClipSource, FrameSampling
 
     data = (Path(__file__).resolve().parents[2] / "data" / "dashcam_320x180_h264.mp4").read_bytes()
     sampling = FrameSampling(fps=4.0, max_frames=16)
@@ -134,7 +134,7 @@ def test_the_torch_table_patchify_makes_the_same_fields_as_the_numpy_one(t, h, w
 
     frames = np.random.default_rng(t + 7).integers(0, 256, (t, h, w, 3), dtype=np.uint8)
     frames.setflags(write=False)  # as Ray's object store hands them over
-    ref = patchify(frames, fps).video_input()
+    ref = video_input(patchify(frames, fps))
     for fields in (_patchify_torch(frames, fps, "cpu"), patchify_fields(frames, fps, "cpu")):
         assert sorted(fields) == sorted(ref)
         assert fields["pixel_values_videos"].dtype == torch.bfloat16
@@ -152,7 +152,7 @@ def test_the_torch_table_patchify_takes_a_non_contiguous_clip(view):
     wide = np.random.default_rng(3).integers(0, 256, (4, 56, 168, 3), dtype=np.uint8)
     frames = wide[:, :, ::2] if view == "every-other-column" else wide[:, :, ::-1][:, :, :84]  # (4, 56, 84, 3)
     ours = _patchify_torch(frames, 2.0, "cpu")["pixel_values_videos"]
-    ref = patchify(np.ascontiguousarray(frames), 2.0).video_input()["pixel_values_videos"]
+    ref = video_input(patchify(np.ascontiguousarray(frames), 2.0))["pixel_values_videos"]
     assert torch.equal(ours.view(torch.int16), ref.view(torch.int16))
 
 

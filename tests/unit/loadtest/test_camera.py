@@ -6,7 +6,7 @@ import pytest
 from loadtest.camera import WindowCutError, cut_windows, source_windows
 from serve_app.config import DecodeConfig, LimitsConfig
 from serve_app.decode.clip import decode_clip
-from serve_app.decode.sampling import FrameSampling
+from serve_app.protocol import FrameSampling
 
 
 @pytest.fixture(scope="module")

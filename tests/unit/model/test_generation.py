@@ -12,11 +12,10 @@ import pytest
 from inprocess import inprocess_app
 
 from serve_app.config import ModelConfig
-from serve_app.decode.clip import DecodedClip
 from serve_app.errors import NotFoundError
 from serve_app.model.engines.base import EngineDeadError, GenerationChunk
 from serve_app.model.generation import answer_stream
-from serve_app.protocol import ClipInfo, ClipQuestion, Delta, Done, ErrorInfo, SamplingOptions
+from serve_app.protocol import ClipInfo, ClipQuestion, DecodedClip, Delta, Done, ErrorInfo, SamplingOptions
 from serve_app.testing.engines import RecordingEngine, ScriptedEngine
 
 SAMPLING = SamplingOptions(max_tokens=3, temperature=0.0, top_p=1.0, repetition_penalty=1.0)
@@ -26,7 +25,7 @@ CLIENT_ID = "client-chosen-id"
 def clip() -> DecodedClip:
     return DecodedClip(
         frames=np.zeros((2, 56, 84, 3), np.uint8), timestamps_s=np.array([0.0, 0.5]), fps=2.0,
-        source_width=84, source_height=56, source_fps=2.0, duration_s=1.0, warnings=["w"], decode_ms=3.0,
+        source_width=84, source_height=56, source_fps=2.0, duration_s=1.0, warnings=("w",), decode_ms=3.0,
     )
 
 

@@ -173,14 +173,14 @@ def test_a_cycle_is_found_and_a_chain_is_not():
 # ----------------------------------------------------- inside the runtime: floors, no cycle
 
 #: ``serve_app``'s parts (a subpackage or a top-level module), bottom floor first. A part imports only
-#: parts on lower floors (or itself). ``protocol`` still re-exports the decoder's and the sources'
-#: types (issue 22's contract step moves it to the ground floor).
+#: parts on lower floors (or itself). ``protocol`` (the values that cross handles) imports only the error
+#: base (issue 22's contract step): every part that uses those values stands above it.
 FLOORS: list[set[str]] = [
     {"errors", "text", "model_facts", "metrics", "log_limit"},
+    {"protocol"},
     {"config"},
     {"sources"},
     {"decode"},
-    {"protocol"},
     {"model"},
     {"http"},
     {"cameras"},
@@ -244,3 +244,13 @@ def test_a_lazy_cycle_inside_the_runtime_is_found():
         "serve_app.b": imported_modules("from serve_app import a\n", "serve_app.b"),
     }
     assert find_cycle(runtime_edges(graph)) == ["serve_app.a", "serve_app.b", "serve_app.a"]
+
+
+def test_the_contract_imports_only_the_error_base():
+    """``serve_app.protocol`` (issue 22): the standard library, numpy, pydantic and ``serve_app.errors``."""
+    import sys
+
+    imported = GRAPH["serve_app.protocol"]
+    assert {m for m in imported if top(m) == "serve_app"} <= {"serve_app.errors", "serve_app.errors.ErrorInfo"}
+    outside = {m.split(".")[0] for m in imported} - {"serve_app", "__future__"}
+    assert outside <= {"numpy", "pydantic"} | set(sys.stdlib_module_names), outside

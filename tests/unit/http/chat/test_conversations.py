@@ -17,12 +17,11 @@ import pytest
 from inprocess import inprocess_app
 
 from serve_app.config import AppConfig, ModelConfig
-from serve_app.decode.clip import DecodedClip
 from serve_app.http.chat import parsing as chat_parsing
 from serve_app.model.generation import answer_stream
 from serve_app.model.stop_strings import StopScanner
 from serve_app.model_facts import COSMOS_SYSTEM_PROMPT
-from serve_app.protocol import ClipQuestion, Delta, Done, SamplingOptions, Turn
+from serve_app.protocol import ClipQuestion, DecodedClip, Delta, Done, SamplingOptions, Turn
 from serve_app.testing.engines import ScriptedEngine
 
 DATA = Path(__file__).resolve().parents[3] / "data"
@@ -121,7 +120,7 @@ class PromptEngine(ScriptedEngine):
 def clip() -> DecodedClip:
     return DecodedClip(
         frames=np.zeros((2, 56, 84, 3), np.uint8), timestamps_s=np.array([0.0, 0.5]), fps=2.0,
-        source_width=84, source_height=56, source_fps=2.0, duration_s=1.0, warnings=[], decode_ms=1.0,
+        source_width=84, source_height=56, source_fps=2.0, duration_s=1.0, warnings=(), decode_ms=1.0,
     )  # fmt: skip
 
 

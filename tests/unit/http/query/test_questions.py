@@ -14,8 +14,7 @@ from serve_app.errors import InvalidRequestError
 from serve_app.http.context import RequestContext, RouteRunner
 from serve_app.http.query.parsing import asked_with_names, validate_query
 from serve_app.http.query.serving import QueryServing
-from serve_app.protocol import ClipInfo, Delta, Done, VideoInfo
-from serve_app.sources.rules import ClipSource
+from serve_app.protocol import ClipInfo, ClipSource, Delta, Done, VideoInfo
 
 CLIP = {"video_path": "intel_car-detection.mp4"}
 

@@ -133,14 +133,14 @@ def test_engine_prompt_passes_patches_through_without_processor_kwargs():
 
 
 def test_engine_prompt_patchifies_frames_with_the_table_when_asked():
-    from serve_app.decode.vision_patches import patchify
+    from serve_app.decode.vision_patches import patchify, video_input
 
     frames = np.random.default_rng(3).integers(0, 256, (5, 56, 84, 3), dtype=np.uint8)
     sampling = SamplingOptions(8, 0.6, 0.95, 1.05)
     req = GenerationRequest("r3", frames, 2.0, render_prompt("q", "s"), sampling)
     p = engine_prompt(req, {"device": "cuda"}, table_device="cpu")
     video = p["multi_modal_data"]["video"]
-    ref = patchify(frames, 2.0).video_input()
+    ref = video_input(patchify(frames, 2.0))
     assert set(video) == set(ref)
     assert torch.equal(video["pixel_values_videos"].view(torch.int16), ref["pixel_values_videos"].view(torch.int16))
     assert video["video_grid_thw"].tolist() == [[3, 4, 6]] and float(video["second_per_grid_ts"][0]) == 1.0
@@ -170,7 +170,7 @@ def test_the_preprocessing_thread_patchifies_frames_with_the_table_before_vllm_p
     from types import SimpleNamespace
 
     from serve_app.config import ModelConfig
-    from serve_app.decode.vision_patches import patchify
+    from serve_app.decode.vision_patches import patchify, video_input
     from serve_app.model.engines.vllm_engine import VLLMEngine
 
     config = ModelConfig(backend="vllm", patchify="table", preprocess_threads=1, processor_kwargs={"device": "cpu"})
@@ -185,7 +185,7 @@ def test_the_preprocessing_thread_patchifies_frames_with_the_table_before_vllm_p
     (prompt,) = engine.llm.input_processor.prompts
     assert engine.llm.input_processor.threads[0].startswith("mm-preprocess")
     assert "mm_processor_kwargs" not in prompt  # no HF processor
-    ref = patchify(frames, 4.0).video_input()["pixel_values_videos"]
+    ref = video_input(patchify(frames, 4.0))["pixel_values_videos"]
     ours = prompt["multi_modal_data"]["video"]["pixel_values_videos"]
     assert torch.equal(ours.view(torch.int16), ref.view(torch.int16))
     assert stage["thread_start"] <= stage["processed"] <= stage["thread_end"]
