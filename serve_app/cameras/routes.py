@@ -160,7 +160,7 @@ class StreamsServing:
     async def answers(self, request: Request) -> Response:
         async def handle(req: Request, ctx: RequestContext) -> Response:
             rows = _value(await self.worker.answers.remote(req.path_params["id"], self.config.streams.answer_history))
-            return JSONResponse({"object": "list", "data": rows})
+            return JSONResponse({"object": "list", "data": [e.model_dump(mode="json") for e in rows]})
 
         return await self.runner.run(request, ROUTE + "/{id}/answers", handle)
 

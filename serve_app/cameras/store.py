@@ -9,14 +9,19 @@ are deleted as new ones arrive). WAL mode: readers never block the writer.
 
 from __future__ import annotations
 
-import json
+import logging
 import sqlite3
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
-from serve_app.cameras.protocol import StreamCreate
+from pydantic import ValidationError
+
+from serve_app.cameras.protocol import AnswerEvent, StreamCreate
+from serve_app.log_limit import LOG_LIMIT, get_logger
+from serve_app.text import log_safe
+
+logger = get_logger(__name__)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS streams (
@@ -89,13 +94,25 @@ class StreamStore:
                 (stream_id, stream_id, self.keep),
             )
 
-    def answers(self, stream_id: str, limit: int = 50) -> list[dict[str, Any]]:
-        """The newest answers of a stream (event JSON as dicts), newest first."""
+    def answers(self, stream_id: str, limit: int = 50) -> tuple[AnswerEvent, ...]:
+        """The newest answers of a stream, newest first, as the frozen events they were stored from.
+
+        A stored row that is no longer a valid :class:`AnswerEvent` (written by a version whose event had
+        other fields) is left out and counted in the log, never returned half-typed.
+        """
         with self._lock:
             rows = self._db.execute(
                 "SELECT event FROM answers WHERE stream_id = ? ORDER BY event_id DESC LIMIT ?", (stream_id, limit)
             ).fetchall()
-        return [json.loads(r[0]) for r in rows]
+        out: list[AnswerEvent] = []
+        for (text,) in rows:
+            try:
+                out.append(AnswerEvent.model_validate_json(text))
+            except ValidationError:
+                LOG_LIMIT.log(logger, logging.WARNING, f"stored answers {stream_id}",
+                              "stream %s: a stored answer of another version's format was left out of its history",
+                              log_safe(stream_id))
+        return tuple(out)
 
     def count_answers(self, stream_id: str) -> int:
         """Answers stored for a stream (≤ ``keep``)."""

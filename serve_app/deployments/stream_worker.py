@@ -12,7 +12,6 @@ every method returns a pydantic model or an :class:`~serve_app.errors.ErrorInfo`
 
 from __future__ import annotations
 
-import builtins
 from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
@@ -21,7 +20,7 @@ from ray import ObjectRef, serve
 from ray.serve.handle import DeploymentHandle, DeploymentResponseGenerator
 
 from serve_app.cameras.memory import fix_mmap_threshold, release_freed_memory
-from serve_app.cameras.protocol import Deleted, EventBatch, StreamCreate, StreamList, StreamStatus
+from serve_app.cameras.protocol import AnswerEvent, Deleted, EventBatch, StreamCreate, StreamList, StreamStatus
 from serve_app.cameras.registry import StreamRegistry
 from serve_app.cameras.store import StreamStore
 from serve_app.cameras.webhook import Webhooks
@@ -109,8 +108,8 @@ class StreamWorker:
             return ErrorInfo(404, "not_found", "no stream with this id (see GET /v1/streams)", "id")
         return self.store.thumbnail(stream_id)
 
-    async def answers(self, stream_id: str, limit: int) -> builtins.list[dict[str, Any]] | ErrorInfo:
-        """The stored answer history (newest first, at most ``streams.answer_history``)."""
+    async def answers(self, stream_id: str, limit: int) -> tuple[AnswerEvent, ...] | ErrorInfo:
+        """The stored answer history (newest first, at most ``streams.answer_history``), as frozen events."""
         if stream_id not in self.registry.streams:
             return ErrorInfo(404, "not_found", "no stream with this id (see GET /v1/streams)", "id")
         return self.store.answers(stream_id, limit)

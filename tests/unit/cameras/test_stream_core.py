@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import pytest
 from pydantic import ValidationError
 
-from serve_app.cameras.protocol import AlertRule, StateEvent, StreamCreate
+from serve_app.cameras.protocol import AlertRule, AnswerEvent, StateEvent, StreamCreate
 from serve_app.cameras.store import StreamStore
 from serve_app.cameras.windows import Backoff, EventLog, NewestWinsQueue, Percentiles, WindowCutter
 
@@ -170,17 +171,42 @@ def test_event_log_wait_wakes_on_append():
     assert len(batch.events) == 1 and empty.events == []
 
 
+def answer_event(i: int, stream_id: str = "s1") -> AnswerEvent:
+    """A stored answer as the stream worker writes it (event id ``i``)."""
+    return AnswerEvent.model_validate({
+        "id": i, "stream_id": stream_id, "time": 1000.0 + i, "window_index": i, "question_index": 0,
+        "question": "q", "window": {"start_s": 10.0 * i, "end_s": 10.0 * i + 10, "wall_start": 0.0, "wall_end": 1.0},
+        "frames": 40, "answer": f"answer {i}", "reasoning": None, "finish_reason": "stop",
+        "timings": {"decode_ms": 1.0, "queue_ms": 0.0, "model_ms": 2.0, "ttft_ms": 1.0, "latency_ms": 3.0,
+                    "freshness_s": 0.5},
+        "usage": {"prompt_tokens": 100, "completion_tokens": 5, "video_tokens": 90},
+        "model": "m", "random_weights": True, "windows_dropped": 0,
+    })  # fmt: skip
+
+
 def test_store_persists_and_bounds_history(tmp_path):
     db = tmp_path / "s" / "streams.sqlite"
     store = StreamStore(db, keep=3)
     spec = StreamCreate(url="cam.mp4", questions=["q"], loop=True)
     store.add("s1", spec, 1.0)
     for i in range(5):
-        store.add_answer("s1", i, f'{{"id": {i}}}', b"jpeg%d" % i)
+        store.add_answer("s1", i, answer_event(i).model_dump_json(), b"jpeg%d" % i)
     store.close()
     again = StreamStore(db, keep=3)
     assert again.streams() == [("s1", spec, 1.0)]
-    assert [a["id"] for a in again.answers("s1")] == [4, 3, 2]
+    history = again.answers("s1")
+    assert [a.id for a in history] == [4, 3, 2] and history[0] == answer_event(4)  # typed, frozen, equal by value
     assert again.thumbnail("s1") == b"jpeg4"
     again.remove("s1")
     assert again.streams() == [] and again.count_answers("s1") == 0
+
+
+def test_a_stored_answer_of_another_format_is_left_out_not_half_typed(tmp_path, caplog):
+    store = StreamStore(tmp_path / "streams.sqlite", keep=5)
+    store.add("s1", StreamCreate(url="cam.mp4", questions=["q"]), 1.0)
+    store.add_answer("s1", 1, answer_event(1).model_dump_json(), None)
+    store.add_answer("s1", 2, '{"id": 2, "answer": "an older version\'s event"}', None)
+    store.add_answer("s1", 3, answer_event(3).model_dump_json(), None)
+    with caplog.at_level(logging.WARNING, logger="ray.serve"):
+        assert [a.id for a in store.answers("s1")] == [3, 1]
+    assert any("another version" in r.getMessage() for r in caplog.records)
