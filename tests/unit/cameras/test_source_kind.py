@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest
 
-from serve_app.cameras.protocol import StreamCreate
-from serve_app.cameras.registry import StreamRegistry
 from serve_app.cameras.routes import validate_stream
-from serve_app.cameras.store import StreamStore
 from serve_app.config import AppConfig
 from serve_app.sources.rules import normalize_url, url_scheme
-from serve_app.testing.polling import wait_for_async
 
 DATA = Path(__file__).resolve().parents[2] / "data"
 
@@ -42,27 +37,3 @@ def test_a_registered_url_is_stored_with_its_scheme_in_lower_case(tmp_path):
     spec = validate_stream({"url": "RTSP://127.0.0.1:9/cam", "questions": ["q"],
                             "webhook": "HTTP://127.0.0.1:9/hook"}, config(tmp_path))  # fmt: skip
     assert spec.url == "rtsp://127.0.0.1:9/cam" and spec.webhook == "http://127.0.0.1:9/hook"
-
-
-def test_an_upper_case_scheme_is_a_camera_for_the_reader_too(tmp_path):
-    """`HTTP://…` passed registration as a URL and the reader opened it as a file path (failed: outside the
-    allowed roots). A stored row with such a scheme now reaches the camera (a refused connection: reconnecting)."""
-    cfg = config(tmp_path)
-    store = StreamStore(cfg.streams.db_path)
-    store.add("str_upper", StreamCreate(url="RTSP://127.0.0.1:9/cam", questions=["q"]), 1.0)
-
-    async def no_model(question, clip):  # pragma: no cover - never asked
-        yield None
-
-    async def main():
-        reg = StreamRegistry(cfg, no_model, store)
-        try:
-            reg.resume()
-            await wait_for_async(lambda: reg.status("str_upper").last_error, 5)  # the first attempt has failed
-            return reg.status("str_upper")
-        finally:
-            await reg.close()
-
-    status = asyncio.run(main())
-    assert status.state in ("connecting", "reconnecting") and status.last_error
-    assert "allowed roots" not in status.last_error and "no such file" not in status.last_error

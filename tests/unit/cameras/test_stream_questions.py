@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest
 
-from serve_app.cameras.protocol import StreamCreate
-from serve_app.cameras.registry import StreamRegistry
 from serve_app.cameras.routes import validate_stream
-from serve_app.cameras.store import StreamStore
 from serve_app.config import AppConfig
 from serve_app.errors import InvalidRequestError
 
@@ -30,30 +26,3 @@ def test_a_question_with_a_chat_template_token_is_refused_at_registration(questi
     with pytest.raises(InvalidRequestError) as e:
         validate_stream({"url": "dashcam_0p4s.mp4", "questions": ["Is it raining?", question]}, cfg)
     assert e.value.param == "questions.1" and "control token" in e.value.message
-
-
-def test_a_stored_question_with_a_chat_template_token_is_not_resumed(tmp_path):
-    """Rows written before the check (or into the database by hand) fail with the reason, never reach the model."""
-    cfg = AppConfig.model_validate({
-        "sources": {"allowed_roots": [str(DATA)]}, "streams": {"db_path": str(tmp_path / "s.sqlite")},
-    })  # fmt: skip
-    store = StreamStore(cfg.streams.db_path)
-    store.add("str_bad", StreamCreate(url="dashcam_0p4s.mp4", questions=HOSTILE[:1]), 1.0)
-    asked = []
-
-    async def model(question, clip):  # pragma: no cover - must not be asked
-        asked.append(question)
-        yield None
-
-    async def main():
-        reg = StreamRegistry(cfg, model, store)
-        try:
-            reg.resume()
-            await asyncio.sleep(0.5)
-            return reg.status("str_bad"), reg.streams["str_bad"].reader
-        finally:
-            await reg.close()
-
-    status, reader = asyncio.run(main())
-    assert status.state == "failed" and "questions.0" in status.last_error and "control token" in status.last_error
-    assert reader is None and asked == []
