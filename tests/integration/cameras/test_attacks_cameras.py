@@ -14,6 +14,7 @@ import time
 
 import httpx
 import pytest
+from rawhttp import read_response
 
 from serve_app.cameras.protocol import StreamCreate
 from serve_app.cameras.rules import stream_frame_bytes
@@ -79,23 +80,7 @@ class RawRequest:
 
     def head(self, timeout_s: float = 60) -> tuple[int, dict[str, str], bytes]:
         """The response's status, headers and body (of an event stream: what came with the head)."""
-        self.sock.settimeout(timeout_s)
-        buf = b""
-        while b"\r\n\r\n" not in buf:
-            chunk = self.sock.recv(65536)
-            if not chunk:
-                raise ConnectionError(f"closed without a response: {buf[:200]!r}")
-            buf += chunk
-        head, _, body = buf.partition(b"\r\n\r\n")
-        lines = head.decode("latin-1").split("\r\n")
-        headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
-        n = int(headers.get("content-length", "0"))  # an event stream has none: only what came with the head
-        while len(body) < n:
-            chunk = self.sock.recv(65536)
-            if not chunk:
-                break
-            body += chunk
-        return int(lines[0].split(" ")[1]), headers, body
+        return read_response(self.sock, timeout_s)
 
     def close(self) -> None:
         self.sock.close()

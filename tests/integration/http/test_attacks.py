@@ -18,6 +18,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from rawhttp import read_response
 
 from serve_app.testing.fake_camera import FakeCamera
 from serve_app.testing.local_serve import cpu_args, deploy
@@ -90,23 +91,7 @@ class RawRequest:
 
     def response(self, timeout_s: float = 60) -> tuple[int, dict[str, str], bytes]:
         """Reads the response (status, lower-case headers, body)."""
-        self.sock.settimeout(timeout_s)
-        buf = b""
-        while b"\r\n\r\n" not in buf:
-            chunk = self.sock.recv(65536)
-            if not chunk:
-                raise ConnectionError(f"closed without a response: {buf[:200]!r}")
-            buf += chunk
-        head, _, body = buf.partition(b"\r\n\r\n")
-        lines = head.decode("latin-1").split("\r\n")
-        headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
-        n = int(headers.get("content-length", "0"))
-        while len(body) < n:
-            chunk = self.sock.recv(65536)
-            if not chunk:
-                break
-            body += chunk
-        return int(lines[0].split(" ")[1]), headers, body
+        return read_response(self.sock, timeout_s)
 
     def close(self) -> None:
         self.sock.close()
