@@ -69,16 +69,21 @@ def read_events(url: str, n: int, headers: dict | None = None, timeout_s: float 
 
 def test_per_stream_prometheus_metrics(cpu_app, cameras, metrics_url):
     wait_answered(cpu_app, cameras, ANSWER_WAIT_S)
+    def answered_lines(text: str) -> list[str]:
+        return [
+            ln for ln in text.splitlines() if ln.startswith("ray_cosmos_stream_windows") and 'outcome="answered"' in ln
+        ]
+
     def exported() -> str | None:
+        # the values, not only the labels: a stream's dropped windows can be exported before its answers
         text = httpx.get(metrics_url, timeout=30).text
-        labelled = all(f'stream="{sid}"' in text for sid in cameras)
+        lines = answered_lines(text)
+        labelled = all(any(f'stream="{sid}"' in ln for ln in lines) for sid in cameras)
         return text if labelled and "cosmos_stream_freshness_s" in text else None
 
     # Ray's metrics agent exports every few seconds
     text = wait_for(exported, 90, step_s=2) or httpx.get(metrics_url, timeout=30).text
-    lines = [
-        ln for ln in text.splitlines() if ln.startswith("ray_cosmos_stream_windows") and 'outcome="answered"' in ln
-    ]
+    lines = answered_lines(text)
     assert {sid for sid in cameras if any(f'stream="{sid}"' in ln for ln in lines)} == set(cameras)
     assert any(ln.startswith("ray_cosmos_stream_freshness_s") for ln in text.splitlines())
 

@@ -9,6 +9,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from serve_app.testing.polling import wait_for
+
 CAMERA = "cam-metrics-7"
 
 
@@ -60,34 +62,51 @@ def traffic(cpu_app):
     return r.json()
 
 
-def test_metrics_endpoint_shows_every_stage(traffic, metrics_url):
+def stage_failures(m: dict[str, list], traffic: dict) -> list[str]:
+    """What the scrape ``m`` does not yet show of ``traffic`` (empty once every stage is exported).
+
+    Values, not only names: Ray's agent exports each replica's metrics on its own cycle, so a
+    name can be present (registered, or from another replica) before the value of this traffic is.
+    """
     expected = {
         "ray_cosmos_decode_ms_count", "ray_cosmos_decode_frames_sum", "ray_cosmos_model_queue_depth",
         "ray_cosmos_model_queue_ms_count", "ray_cosmos_model_ms_count", "ray_cosmos_ttft_ms_count",
         "ray_cosmos_tokens_total", "ray_cosmos_errors_total", "ray_cosmos_request_ms_count",
         "ray_cosmos_model_requests_total", *SERVE_METRICS,
     }
-    deadline = time.monotonic() + 90  # Ray's agent exports every few seconds
-    while True:
+    checks = {
+        f"missing {sorted(expected - set(m))}": expected <= set(m),
+        "no aborted model request": total(m, "ray_cosmos_model_requests_total", finish_reason="abort") >= 1,
+        "model queue not drained": total(m, "ray_cosmos_model_queue_depth") == 0,
+        "decode_frames_sum < 8": total(m, "ray_cosmos_decode_frames_sum") >= traffic["video"]["num_frames"] == 8,
+        "decode_ms_count < 2": total(m, "ray_cosmos_decode_ms_count") >= 2,
+        "completion tokens < 5": total(m, "ray_cosmos_tokens_total", kind="completion") >= 5,
+        "prompt tokens short": total(m, "ray_cosmos_tokens_total", kind="prompt") >= traffic["usage"]["prompt_tokens"],
+        "no length finish": total(m, "ray_cosmos_model_requests_total", finish_reason="length") >= 1,
+        "no ttft / model time": total(m, "ray_cosmos_ttft_ms_count") >= 1 and total(m, "ray_cosmos_model_ms_sum") > 0,
+        "fewer than 2 timed 200s": total(m, "ray_cosmos_request_ms_count", route="/v1/video/query", status="200") >= 2,
+        "no timed 400": total(m, "ray_cosmos_request_ms_count", route="/v1/video/query", status="400") >= 1,
+        # Request counts by status are Serve's (the app does not repeat them).
+        "Serve counted < 2 200s": total(m, "ray_serve_num_http_requests_total", status_code="200") >= 2,
+        "Serve counted no 400": total(m, "ray_serve_num_http_requests_total", status_code="400") >= 1,
+        "no invalid_request_error": total(
+            m, "ray_cosmos_errors_total", route="/v1/video/query", type="invalid_request_error"
+        ) >= 1,
+    }
+    return [what for what, ok in checks.items() if not ok]
+
+
+def test_metrics_endpoint_shows_every_stage(traffic, metrics_url):
+    # Ray's agent exports every few seconds, each replica on its own cycle: wait for the values.
+    def complete() -> dict[str, list] | None:
         m = scrape(metrics_url)
-        aborted = total(m, "ray_cosmos_model_requests_total", finish_reason="abort")
-        if expected <= set(m) and aborted >= 1 and total(m, "ray_cosmos_model_queue_depth") == 0:
-            break
-        assert time.monotonic() < deadline, f"missing {expected - set(m)}, aborted={aborted}"
-        time.sleep(2)
-    assert total(m, "ray_cosmos_decode_frames_sum") >= traffic["video"]["num_frames"] == 8
-    assert total(m, "ray_cosmos_decode_ms_count") >= 2
-    assert total(m, "ray_cosmos_tokens_total", kind="completion") >= 5
-    assert total(m, "ray_cosmos_tokens_total", kind="prompt") >= traffic["usage"]["prompt_tokens"]
-    assert total(m, "ray_cosmos_model_requests_total", finish_reason="length") >= 1
-    assert total(m, "ray_cosmos_ttft_ms_count") >= 1 and total(m, "ray_cosmos_model_ms_sum") > 0
-    assert total(m, "ray_cosmos_request_ms_count", route="/v1/video/query", status="200") >= 2
-    assert total(m, "ray_cosmos_request_ms_count", route="/v1/video/query", status="400") >= 1
-    # Request counts by status are Serve's (the app does not repeat them).
-    assert total(m, "ray_serve_num_http_requests_total", status_code="200") >= 2
-    assert total(m, "ray_serve_num_http_requests_total", status_code="400") >= 1
+        return None if stage_failures(m, traffic) else m
+
+    m = wait_for(complete, 90, step_s=2)
+    if m is None:
+        m = scrape(metrics_url)
+        pytest.fail(f"after 90 s the metrics still show: {stage_failures(m, traffic)}")
     assert not any(name.startswith(("ray_cosmos_requests", "ray_cosmos_ingress_in_flight")) for name in m)
-    assert total(m, "ray_cosmos_errors_total", route="/v1/video/query", type="invalid_request_error") >= 1
     labels = {k for lab, _ in m["ray_cosmos_model_ms_count"] for k in lab}
     assert {"deployment", "replica", "application"} <= labels
 
