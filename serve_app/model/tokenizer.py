@@ -8,12 +8,18 @@ No machine of this project reaches the model hub, so the checkpoint command buil
 byte-to-unicode map, the split + byte-level pre-tokenizer, decoder and post-processor), with the
 three things Qwen's published ``tokenizer.json`` does differently (see :class:`QwenTikTokenConverter`).
 The regex, the added tokens and the chat template are in :mod:`serve_app.model_facts`.
+
+Qwen3 / Qwen3-VL use the same ranks and pre-tokenizer (NFC + the same split regex; their added
+tokens start at the same id 151643, see :mod:`serve_app.model_facts_qwen3_vl`) and add four
+non-special tokens (151665–151668, ``<think>`` among them), so the added tokens, the chat template,
+``model_max_length`` and eos/pad are parameters here; their defaults are Qwen2.5's.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +30,9 @@ from serve_app.log_limit import get_logger
 from serve_app.model_facts import ADDED_TOKENS, CHAT_TEMPLATE, MODEL_MAX_LENGTH, PRETOKENIZE_REGEX
 
 logger = get_logger(__name__)
+
+#: One added token: (id, content, special).
+AddedTokenSpec = tuple[int, str, bool]
 
 #: SHA-256 of ``qwen.tiktoken`` in ``dashscope==2.0.2`` (checked when read).
 QWEN_TIKTOKEN_SHA256 = "b2b1b8dfb5cc5f024bafc373121c6aba3f66f9a5a0269e243470a1de16a33186"
@@ -103,12 +112,16 @@ class QwenTikTokenConverter(TikTokenConverter):
 
     Args:
         vocab_file: path of ``qwen.tiktoken`` (default: :func:`tiktoken_file`).
+        added_tokens: (id, content, special) of the tokens after the BPE ranks, in id order
+            (default: Qwen2.5's :data:`~serve_app.model_facts.ADDED_TOKENS`; Qwen3's are in
+            :data:`serve_app.model_facts_qwen3_vl.ADDED_TOKENS`).
 
     Raises:
         FileNotFoundError: no ``vocab_file`` given and ``dashscope`` is not installed.
     """
 
-    def __init__(self, vocab_file: str | Path | None = None):
+    def __init__(self, vocab_file: str | Path | None = None, added_tokens: Sequence[AddedTokenSpec] = ADDED_TOKENS):
+        self.added_tokens = tuple(added_tokens)
         # transformers' TikTokenConverter and bytes_to_unicode (below) are unannotated
         super().__init__(vocab_file=str(vocab_file or tiktoken_file()), pattern=PRETOKENIZE_REGEX)  # type: ignore[no-untyped-call]
 
@@ -134,25 +147,42 @@ class QwenTikTokenConverter(TikTokenConverter):
         return vocab, merges
 
     def converted(self) -> Tokenizer:
-        """The Qwen2.5 tokenizer: the generic one plus NFC, ``ignore_merges=False`` and the added tokens."""
+        """The Qwen tokenizer: the generic one plus NFC, ``ignore_merges=False`` and :attr:`added_tokens`.
+
+        Raises:
+            ValueError: an added token does not get its id (the ids must follow the ranks without gaps).
+        """
         tokenizer = super().converted()
         tokenizer.model.ignore_merges = False
         tokenizer.normalizer = normalizers.NFC()
         added = [
             AddedToken(content, special=special, normalized=not special, single_word=False, lstrip=False, rstrip=False)
-            for _, content, special in ADDED_TOKENS
+            for _, content, special in self.added_tokens
         ]
         tokenizer.add_tokens(added)
-        for token_id, content, _ in ADDED_TOKENS:
+        for token_id, content, _ in self.added_tokens:
             if tokenizer.token_to_id(content) != token_id:
                 raise ValueError(f"{content} got id {tokenizer.token_to_id(content)}, expected {token_id}")
         return tokenizer
 
 
-def tokenizer_config() -> dict[str, Any]:
-    """``tokenizer_config.json`` for Qwen2.5-VL (eos ``<|im_end|>``, pad ``<|endoftext|>``).
+def tokenizer_config(
+    *,
+    added_tokens: Sequence[AddedTokenSpec] = ADDED_TOKENS,
+    chat_template: str = CHAT_TEMPLATE,
+    model_max_length: int = MODEL_MAX_LENGTH,
+    eos_token: str = "<|im_end|>",
+    pad_token: str = "<|endoftext|>",
+) -> dict[str, Any]:
+    """``tokenizer_config.json`` (defaults: Qwen2.5-VL's, eos ``<|im_end|>``, pad ``<|endoftext|>``).
 
     Without this file eos wrongly becomes 151643 (model-facts.md).
+
+    Args:
+        added_tokens: (id, content, special) of the added tokens (``added_tokens_decoder``).
+        chat_template: the jinja chat template.
+        model_max_length: longest sequence, tokens.
+        eos_token, pad_token: contents of two of ``added_tokens``.
     """
     return {
         "add_bos_token": False,
@@ -166,30 +196,49 @@ def tokenizer_config() -> dict[str, Any]:
                 "single_word": False,
                 "special": special,
             }
-            for i, c, special in ADDED_TOKENS
+            for i, c, special in added_tokens
         },
-        "additional_special_tokens": [c for _, c, s in ADDED_TOKENS if s and c != "<|endoftext|>"],
+        "additional_special_tokens": [c for _, c, s in added_tokens if s and c != "<|endoftext|>"],
         "bos_token": None,
-        "chat_template": CHAT_TEMPLATE,
+        "chat_template": chat_template,
         "clean_up_tokenization_spaces": False,
-        "eos_token": "<|im_end|>",
+        "eos_token": eos_token,
         "errors": "replace",
-        "model_max_length": MODEL_MAX_LENGTH,
-        "pad_token": "<|endoftext|>",
+        "model_max_length": model_max_length,
+        "pad_token": pad_token,
         "split_special_tokens": False,
         "tokenizer_class": "Qwen2Tokenizer",
         "unk_token": None,
     }
 
 
-def write_tokenizer_files(out_dir: Path) -> None:
+def write_tokenizer_files(
+    out_dir: Path,
+    *,
+    added_tokens: Sequence[AddedTokenSpec] = ADDED_TOKENS,
+    chat_template: str = CHAT_TEMPLATE,
+    model_max_length: int = MODEL_MAX_LENGTH,
+    eos_token: str = "<|im_end|>",
+    pad_token: str = "<|endoftext|>",
+) -> None:
     """Writes ``tokenizer.json``, ``tokenizer_config.json`` and ``chat_template.json`` into ``out_dir``.
+
+    The keyword arguments are those of :func:`tokenizer_config` (defaults: Qwen2.5-VL's); the same
+    ``added_tokens`` go into ``tokenizer.json``.
 
     Raises:
         FileNotFoundError: ``qwen.tiktoken`` is not available (see :func:`tiktoken_file`).
+        ValueError: an added token does not get its id.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     logger.info("converting qwen.tiktoken (one merge per token)")
-    QwenTikTokenConverter().converted().save(str(out_dir / "tokenizer.json"))
-    (out_dir / "tokenizer_config.json").write_text(json.dumps(tokenizer_config(), indent=2))
-    (out_dir / "chat_template.json").write_text(json.dumps({"chat_template": CHAT_TEMPLATE}, indent=2))
+    QwenTikTokenConverter(added_tokens=added_tokens).converted().save(str(out_dir / "tokenizer.json"))
+    config = tokenizer_config(
+        added_tokens=added_tokens,
+        chat_template=chat_template,
+        model_max_length=model_max_length,
+        eos_token=eos_token,
+        pad_token=pad_token,
+    )
+    (out_dir / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
+    (out_dir / "chat_template.json").write_text(json.dumps({"chat_template": chat_template}, indent=2))
