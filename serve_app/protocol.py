@@ -37,15 +37,20 @@ __all__ = [
     "Delta",
     "Done",
     "ErrorInfo",
+    "FrameGeometry",
     "FrameSampling",
     "Gap",
     "ModelChunk",
+    "ReasoningFormat",
     "SamplingOptions",
     "Turn",
     "VideoInfo",
     "VisionPatches",
 ]
 
+
+#: How a family's output splits into reasoning and answer (see :class:`ClipInfo`).
+ReasoningFormat: TypeAlias = Literal["think_answer", "think_then_answer"]
 
 #: A temperature below this is greedy decoding (temperature 0): vLLM's rule (``_SAMPLING_EPS`` in
 #: ``vllm/sampling_params.py``). Dividing logits by a smaller one overflows (1e-300: inf/nan probabilities).
@@ -59,6 +64,23 @@ MIN_REPETITION_PENALTY = 0.01
 
 
 @dataclasses.dataclass(frozen=True)
+class FrameGeometry:
+    """The frame sizes a model family's vision processor keeps, as values (the decode tier imports no
+    model code: the family's geometry reaches it in each :class:`FrameSampling`).
+
+    Attributes:
+        pixel_factor: frame sides are multiples of this many pixels: patch side × spatial merge
+            (Qwen2.5-VL 14·2 = 28, Qwen3-VL 16·2 = 32); one LLM token covers ``pixel_factor``² pixels
+            of ``temporal_patch`` frames.
+        temporal_patch: frames per temporal patch (2 for both families): clips carry an even frame
+            count, the last frame repeated if needed.
+    """
+
+    pixel_factor: int = 28
+    temporal_patch: int = 2
+
+
+@dataclasses.dataclass(frozen=True)
 class FrameSampling:
     """Frame sampling of a clip: which window, at what rate, how many frames at most.
 
@@ -68,12 +90,14 @@ class FrameSampling:
         fps: target sampling rate, frames per second.
         max_frames: cap on frames (the rate is lowered evenly to respect it).
         start_s, end_s: optional window in clip seconds (0 = first frame).
+        geometry: the model family's frame geometry (default: Qwen2.5-VL's, 28-px multiples).
     """
 
     fps: float
     max_frames: int
     start_s: float | None = None
     end_s: float | None = None
+    geometry: FrameGeometry = FrameGeometry()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -243,6 +267,9 @@ class SamplingOptions:
     Attributes:
         max_tokens: output budget in tokens.
         temperature, top_p, repetition_penalty: token-sampling parameters.
+        top_k: sample among the k most likely tokens only (0: all; Cosmos-Reason2's recipe: 20).
+        presence_penalty: subtracted from the logits of tokens already generated (0: off; vLLM's
+            ``SamplingParams.presence_penalty``; the transformers engine has none and ignores it).
         seed: optional RNG seed (0 … 2**63 - 1).
         ignore_eos: keep generating past end-of-sequence (benchmarks with random weights).
         stop: stop strings: the answer ends before the first one generated (not included), with
@@ -257,6 +284,8 @@ class SamplingOptions:
     seed: int | None = None
     ignore_eos: bool = False
     stop: tuple[str, ...] = ()
+    top_k: int = 0
+    presence_penalty: float = 0.0
 
     def __post_init__(self) -> None:
         if 0 < self.temperature < GREEDY_TEMPERATURE_EPS:
@@ -355,6 +384,10 @@ class ClipInfo:
         video_tokens: tokens the clip takes in the prompt.
         model: the served model name.
         random_weights: True when the weights are random (the text is meaningless).
+        reasoning_format: how the model's text splits into reasoning and answer
+            (:func:`serve_app.model.reasoning.split_reasoning`): ``think_answer`` (Cosmos-Reason1:
+            ``<think>…</think>`` then ``<answer>…</answer>``) or ``think_then_answer`` (Qwen3-VL,
+            Cosmos-Reason2: an optional ``<think>…</think>``, the answer after it).
     """
 
     video: VideoInfo
@@ -363,6 +396,7 @@ class ClipInfo:
     video_tokens: int
     model: str
     random_weights: bool
+    reasoning_format: ReasoningFormat = "think_answer"
 
 
 @dataclasses.dataclass(frozen=True)

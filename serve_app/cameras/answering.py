@@ -204,7 +204,7 @@ class WindowAnswering:
             return False
         assert done is not None  # _collect returns a ClipInfo only with its Done
         now = time.time()
-        parts = split_reasoning(text)
+        parts = split_reasoning(text, info.reasoning_format)
         answer = parts.answer if parts.answer is not None else text
         latency_ms = (now - getattr(w, "handed_at", t0)) * 1000
         fresh_s = now - win.wall_end

@@ -48,7 +48,7 @@ class HeldFrames:
 
     def __init__(self, capacity: int, config: AppConfig):
         budget = config.decode.budget
-        self.store = FrameStore(capacity, budget, config.decode.interpolation)
+        self.store = FrameStore(capacity, budget, config.decode.interpolation, config.model.geometry.pixel_factor)
         self.interpolation = config.decode.interpolation
         self.area_limit = frame_area_bound(capacity, budget)
         self.spent_s = 0.0

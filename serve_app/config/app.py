@@ -8,13 +8,14 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from serve_app.config.base import _Model
 from serve_app.config.clients import LimitsConfig, SecurityConfig, SourcesConfig
-from serve_app.config.decode import DecodeConfig
+from serve_app.config.decode import DecodeConfig, PixelBudget
 from serve_app.config.deployments import (
     DEPLOYMENT_DEFAULTS,
     STREAM_API_SLOTS,
     DeploymentOptions,
     deployment_defaults,
 )
+from serve_app.config.families import DEFAULTS
 from serve_app.config.model import ModelConfig
 from serve_app.config.streams import StreamsConfig
 
@@ -54,6 +55,21 @@ class AppConfig(_Model):
         "max_ongoing_requests must hold one long poll per event subscriber of every ingress replica plus "
         f"{STREAM_API_SLOTS} for the streams API.",
     )
+
+    @model_validator(mode="after")
+    def _family_pixel_budget(self) -> AppConfig:
+        """``decode.budget`` not given: the model family's recipe (Cosmos-Reason1's 28-px units or
+        Cosmos-Reason2's 32-px ones; :data:`serve_app.config.families.DEFAULTS`)."""
+        if "budget" in self.decode.model_fields_set:
+            return self
+        d = DEFAULTS[self.model.family_name]
+        budget = PixelBudget(
+            total_pixels=d.total_pixels, max_frame_pixels=d.max_frame_pixels, min_frame_pixels=d.min_frame_pixels
+        )
+        if budget != self.decode.budget:
+            # frozen models: set once here, during validation, before anyone holds the value
+            object.__setattr__(self, "decode", self.decode.model_copy(update={"budget": budget}))
+        return self
 
     @field_validator(*DEPLOYMENT_DEFAULTS, mode="before")
     @classmethod

@@ -7,21 +7,20 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from serve_app.config.base import _Model
+from serve_app.config.families import DEFAULTS, FamilyName, resolve_family
 from serve_app.model_facts import (
     COSMOS_MAX_TOKENS,
     COSMOS_REPETITION_PENALTY,
     COSMOS_SYSTEM_PROMPT,
     COSMOS_TEMPERATURE,
     COSMOS_TOP_P,
-    MAX_PIXELS,
-    MIN_PIXELS,
-    PIXEL_FACTOR,
-    TEMPORAL_PATCH_SIZE,
 )
+from serve_app.protocol import FrameGeometry
 
 
 class SamplingDefaults(_Model):
-    """Generation defaults: NVIDIA's Cosmos-Reason1 inference recipe."""
+    """Generation defaults: the model family's inference recipe (these field defaults are
+    Cosmos-Reason1's; ``model.family: qwen3_vl`` fills Cosmos-Reason2's when ``model.sampling`` is not given)."""
 
     temperature: float = Field(
         COSMOS_TEMPERATURE, ge=0, le=2, description="Sampling temperature (recipe: 0.6; under 1e-5: greedy)."
@@ -34,6 +33,15 @@ class SamplingDefaults(_Model):
         description="Repetition penalty (recipe: 1.05; at least 0.01: a smaller one overflows the logits).",
     )
     max_tokens: int = Field(COSMOS_MAX_TOKENS, gt=0, description="Default output budget in tokens (recipe: 4096).")
+    top_k: int = Field(
+        0, ge=0, description="Sample among the k most likely tokens only; 0: all (Cosmos-Reason2 recipe: 20)."
+    )
+    presence_penalty: float = Field(
+        0.0,
+        ge=-2,
+        le=2,
+        description="Penalty on tokens already generated (vLLM backend; Cosmos-Reason2 recipe without reasoning: 1.5).",
+    )
 
 
 #: Prompt tokens of a warm-up request besides its video (system prompt, question, chat markup): an upper
@@ -48,6 +56,15 @@ class ModelConfig(_Model):
         "nvidia/Cosmos-Reason1-7B", description="Hub id or local checkpoint directory (relative: to the cwd)."
     )
     served_model_name: str | None = Field(None, description="Name reported in responses; default: model_id.")
+    family: Literal["auto", "qwen2_5_vl", "qwen3_vl"] = Field(
+        "auto",
+        description="Model family: `qwen2_5_vl` (Cosmos-Reason1-7B, Qwen2.5-VL) or `qwen3_vl` (Cosmos-Reason2-2B/8B, "
+        "Qwen3-VL; the Cosmos 3 reasoners). It sets the frame geometry (28- or 32-px multiples), the chat "
+        "format, the reasoning split and the defaults of system_prompt, sampling, warmup_clip_shape and "
+        "decode.budget. `auto`: from the architectures in model_id's config.json, else from a known hub id "
+        "(nvidia/Cosmos-Reason1-*, nvidia/Cosmos-Reason2-*, Qwen/Qwen2.5-VL-*, Qwen/Qwen3-VL-*), else a "
+        "generated checkpoint is qwen2_5_vl; resolved when the config is loaded.",
+    )
     backend: str = Field(
         "vllm",
         pattern=r"^(transformers|vllm|[\w.]+:\w+)$",
@@ -125,7 +142,11 @@ class ModelConfig(_Model):
     max_concurrent_requests: int = Field(
         1, ge=1, description="transformers backend: requests generated at once (a lock; CPU generate is serial)."
     )
-    system_prompt: str = Field(COSMOS_SYSTEM_PROMPT, description="System prompt (default: the Cosmos-Reason1 one).")
+    system_prompt: str = Field(
+        COSMOS_SYSTEM_PROMPT,
+        description="System prompt (default: the family's recipe: Cosmos-Reason1's asks for <think>/<answer>; "
+        "Cosmos-Reason2's is 'You are a helpful assistant.').",
+    )
     sampling: SamplingDefaults = Field(default_factory=SamplingDefaults, description="Generation defaults.")
     max_model_len: int | None = Field(
         None,
@@ -152,7 +173,8 @@ class ModelConfig(_Model):
         (2, 336, 336),
         description="Warm-up clip (frames, height, width) in pixels, uint8 zeros; an even number of frames "
         "(>= 2, as every decoded clip: engines take T even), height and width multiples "
-        "of 28, a frame area of 4·28² to 16384·28² px (the Qwen2.5-VL processor's min/max_pixels). Use the "
+        "of the family's pixel factor (28; qwen3_vl: 32, default [2, 320, 320]), a frame area the processor "
+        "keeps (Qwen2.5-VL: 4·28² to 16384·28² px, its min/max_pixels). Use the "
         "shape of real clips (e.g. [40, 420, 756]: a 10-s 16:9 window at 4 fps) to warm their shapes too.",
     )
     warmup_max_tokens: int = Field(2, ge=1, le=1024, description="Output tokens per warm-up clip.")
@@ -174,6 +196,45 @@ class ModelConfig(_Model):
         "the first delta is never held. 50 ms is Ray Serve LLM's default (RAYLLM_MODEL_RESPONSE_BATCH_TIMEOUT_MS).",
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _family_defaults(cls, data: Any) -> Any:
+        """Resolves ``family: auto`` and fills the family's defaults the config does not set."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        family = resolve_family(
+            str(data.get("family", "auto")),
+            str(data.get("model_id", cls.model_fields["model_id"].default)),
+            data.get("checkpoint") is not None,
+        )
+        data["family"] = family
+        d = DEFAULTS[family]
+        data.setdefault("system_prompt", d.system_prompt)
+        data.setdefault("warmup_clip_shape", d.warmup_clip_shape)
+        recipe = {
+            "temperature": d.temperature,
+            "top_p": d.top_p,
+            "repetition_penalty": d.repetition_penalty,
+            "max_tokens": d.max_tokens,
+            "top_k": d.top_k,
+            "presence_penalty": d.presence_penalty,
+        }
+        given = data.get("sampling")
+        if given is None or isinstance(given, dict):  # settings not given: the family's (a model value is kept)
+            data["sampling"] = {**recipe, **(given or {})}
+        return data
+
+    @property
+    def family_name(self) -> FamilyName:
+        """The resolved family (never ``auto`` after validation)."""
+        return self.family  # type: ignore[return-value]  # _family_defaults replaced auto
+
+    @property
+    def geometry(self) -> FrameGeometry:
+        """The family's frame geometry (the decode tier's frame sizes)."""
+        return DEFAULTS[self.family_name].geometry
+
     @model_validator(mode="after")
     def _no_video_pruning(self) -> ModelConfig:
         rate = self.engine_args.get("video_pruning_rate")
@@ -189,16 +250,17 @@ class ModelConfig(_Model):
     @model_validator(mode="after")
     def _warmup_shape(self) -> ModelConfig:
         t, h, w = self.warmup_clip_shape
-        bad_t = t < TEMPORAL_PATCH_SIZE or t % TEMPORAL_PATCH_SIZE
-        if bad_t or h % PIXEL_FACTOR or w % PIXEL_FACTOR or not MIN_PIXELS <= h * w <= MAX_PIXELS:
+        geo = self.geometry
+        f, tp = geo.pixel_factor, geo.temporal_patch
+        lo, hi = DEFAULTS[self.family_name].frame_pixels
+        if t < tp or t % tp or h % f or w % f or not lo <= h * w <= hi:
             raise ValueError(
                 f"model.warmup_clip_shape {list(self.warmup_clip_shape)}: needs an even number of frames "
-                f"(>= {TEMPORAL_PATCH_SIZE}), height and width "
-                f"multiples of {PIXEL_FACTOR} and a frame area of {MIN_PIXELS}..{MAX_PIXELS} px (the sizes the "
-                "vision processor keeps)"
+                f"(>= {tp}), height and width multiples of {f} and a frame area of {lo}..{hi} px (the sizes "
+                f"the {self.family} vision processor keeps)"
             )
         context = self.context_tokens
-        video_tokens = (t // TEMPORAL_PATCH_SIZE) * (h // PIXEL_FACTOR) * (w // PIXEL_FACTOR)
+        video_tokens = (t // tp) * (h // f) * (w // f)
         if context and video_tokens + WARMUP_TEXT_TOKENS + self.warmup_max_tokens > context:
             raise ValueError(
                 f"model.warmup_clip_shape {list(self.warmup_clip_shape)} makes {video_tokens} video tokens; with "
@@ -211,15 +273,17 @@ class ModelConfig(_Model):
     def _processed_input_needs_vllm(self) -> ModelConfig:
         """Patches from the decode tier and the table patchify hand vLLM processed fields; the
         transformers backend runs its own processor on frames."""
-        if self.backend != "transformers":
+        if self.backend != "transformers" and self.family == "qwen2_5_vl":
             return self
+        # The project's patchify (patches from the decode tier, the table) is exact for Qwen2.5-VL only:
+        # other families' frames go through their own HF processor.
+        needs = "backend 'vllm' (the transformers backend runs its own processor on frames)"
+        if self.family != "qwen2_5_vl":
+            needs = f"family qwen2_5_vl (the project's patchify is Qwen2.5-VL's; {self.family} uses its HF processor)"
         frames_only = (("vision_input", self.vision_input, "frames"), ("patchify", self.patchify, "processor"))
         for name, value, default in frames_only:
             if value != default:
-                raise ValueError(
-                    f"model.{name} '{value}' needs backend 'vllm' (the transformers backend runs its own "
-                    f"processor on frames); use {name} '{default}'"
-                )
+                raise ValueError(f"model.{name} '{value}' needs {needs}; use {name} '{default}'")
         return self
 
     @property

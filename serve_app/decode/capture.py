@@ -140,7 +140,7 @@ def capture_rtsp(  # noqa: C901 - one live read loop: each branch is a documente
     except BaseException:
         relay.close()
         raise
-    store = FrameStore(grid.count, decode.budget, decode.interpolation)
+    store = FrameStore(grid.count, decode.budget, decode.interpolation, request.geometry.pixel_factor)
     selector: FrameSelector[av.VideoFrame] = FrameSelector(grid)
     warnings: list[str] = []
     n_decoded = 0

@@ -197,7 +197,7 @@ def decode_clip(  # noqa: C901 - the decode pipeline in order: open, plan, two d
         sar = _sample_aspect(stream)
         if probed and not timeline.index_timed and not timeline.discontinuous and idx.kept and idx.kept[0].is_keyframe:
             wanted = _plan_wanted(idx, timeline, grid)
-            store = FrameStore(max(1, len(wanted)), decode.budget, decode.interpolation)
+            store = FrameStore(max(1, len(wanted)), decode.budget, decode.interpolation, request.geometry.pixel_factor)
             store.sample_aspect = sar
             done, path = decode_planned(stream, idx, timeline, wanted, store, deadline, decode), "planned"
             if done.trouble:
@@ -206,7 +206,7 @@ def decode_clip(  # noqa: C901 - the decode pipeline in order: open, plan, two d
                 cc.flush_buffers()
                 store = None
         if store is None:
-            store = FrameStore(grid.count, decode.budget, decode.interpolation)
+            store = FrameStore(grid.count, decode.budget, decode.interpolation, request.geometry.pixel_factor)
             store.sample_aspect = sar
             done = decode_plain(stream, idx, timeline, grid, 1.0 / step, store, deadline, decode, limits)
     finally:

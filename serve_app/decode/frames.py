@@ -99,6 +99,8 @@ class FrameStore:
         budget: the pixel budget; the per-frame size is computed for
             ``even_frame_count(capacity)`` frames.
         interpolation: libswscale filter name (``BILINEAR``, ``BICUBIC``, ``AREA``, …).
+        pixel_factor: frame sides are multiples of this (the family's
+            :attr:`serve_app.protocol.FrameGeometry.pixel_factor`: 28 or 32 pixels).
 
     Attributes:
         frames: ``(even_frame_count(capacity), H, W, 3) uint8``, allocated at the
@@ -112,9 +114,10 @@ class FrameStore:
             differs from the previous one (a mid-stream resolution change).
     """
 
-    def __init__(self, capacity: int, budget: PixelBudget, interpolation: str = "AREA"):
+    def __init__(self, capacity: int, budget: PixelBudget, interpolation: str = "AREA", pixel_factor: int = 28):
         self.capacity = max(1, capacity)
         self.budget = budget
+        self.pixel_factor = pixel_factor
         self.interpolation = interpolation
         self.frames: np.ndarray | None = None
         self.times_s: list[float] = []
@@ -142,7 +145,7 @@ class FrameStore:
         disp_w, disp_h = (h, w) if swap else (w, h)
         self.source_size = (disp_w, disp_h)
         n_out = even_frame_count(self.capacity)
-        out_h, out_w = frame_size(disp_h, disp_w, n_out, self.budget)
+        out_h, out_w = frame_size(disp_h, disp_w, n_out, self.budget, self.pixel_factor)
         # Resize in the stored orientation, rotate the small result.
         self._conv_size = (out_h, out_w) if swap else (out_w, out_h)
         self.frames = np.empty((n_out, out_h, out_w, 3), dtype=np.uint8)

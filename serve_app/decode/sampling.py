@@ -7,7 +7,9 @@ Times are seconds; sizes are pixels.
 Frame size follows Qwen2.5-VL's ``smart_resize`` (transformers
 ``image_processing_qwen2_vl.smart_resize``, the same as qwen-vl-utils) with
 the Cosmos-Reason1 per-frame cap ``min(768·28², total_pixels / frames · 2)``
-(model-facts.md). Frames of this size pass the HF processor unchanged.
+(model-facts.md). Frames of this size pass the HF processor unchanged. The model family's pixel
+factor (28 for Qwen2.5-VL, 32 for Qwen3-VL: :class:`serve_app.protocol.FrameGeometry`) is a
+parameter: qwen-vl-utils applies the same rule with ``image_patch_size=16`` for Qwen3-VL.
 """
 
 from __future__ import annotations
@@ -82,12 +84,15 @@ def frame_pixel_cap(n_frames: int, budget: PixelBudget) -> int:
     return int(max(min(budget.max_frame_pixels, share), budget.min_frame_pixels * 1.05))
 
 
-def frame_size(height: int, width: int, n_frames: int, budget: PixelBudget) -> tuple[int, int]:
+def frame_size(
+    height: int, width: int, n_frames: int, budget: PixelBudget, factor: int = PIXEL_FACTOR
+) -> tuple[int, int]:
     """Target ``(height, width)`` in pixels of each sampled frame.
 
     Args:
         height, width: displayed (rotation applied) source frame size in pixels.
         n_frames: number of frames the clip will carry (after even padding).
+        factor: the family's pixel factor (:attr:`serve_app.protocol.FrameGeometry.pixel_factor`).
 
     Raises:
         UnprocessableClipError: aspect ratio over the budget's limit.
@@ -97,17 +102,19 @@ def frame_size(height: int, width: int, n_frames: int, budget: PixelBudget) -> t
         width,
         min_pixels=budget.min_frame_pixels,
         max_pixels=frame_pixel_cap(n_frames, budget),
+        factor=factor,
         max_aspect=budget.max_aspect_ratio,
     )
 
 
-def video_tokens(n_frames: int, height: int, width: int, patch: int = 14, merge: int = 2) -> int:
-    """LLM tokens of a clip: ``T/2 · (H/14) · (W/14) / merge²`` (model-facts.md).
+def video_tokens(n_frames: int, height: int, width: int, factor: int = PIXEL_FACTOR) -> int:
+    """LLM tokens of a clip: ``T/2 · (H/factor) · (W/factor)``, one per ``factor``² pixels of a frame pair
+    (``factor`` = patch × merge: Qwen2.5-VL 28, Qwen3-VL 32; model-facts.md).
 
-    Example: 40 frames of 420×756 → grid (20, 30, 54) → 8,100 tokens.
+    Example: 40 frames of 420×756 at factor 28 → grid (20, 30, 54) → 8,100 tokens.
     """
     t = math.ceil(n_frames / TEMPORAL_PATCH)
-    return t * (height // patch) * (width // patch) // (merge * merge)
+    return t * (height // factor) * (width // factor)
 
 
 def even_frame_count(n: int) -> int:

@@ -42,7 +42,7 @@ logger = get_logger(__name__)
 STACKS_ENV = "COSMOS_SERVE_STACKS_ON_SIGUSR1"
 
 
-def warmup_requests(config: AppConfig) -> list[GenerationRequest]:
+def warmup_requests(config: AppConfig, template: str | None = None) -> list[GenerationRequest]:
     """The replica's warm-up requests: ``model.warmup_clips`` zero clips, each with its own id.
 
     Each clip is ``model.warmup_clip_shape`` (T, H, W) uint8 zeros at ``decode.fps`` (as patches when
@@ -50,31 +50,38 @@ def warmup_requests(config: AppConfig) -> list[GenerationRequest]:
     and ``model.warmup_max_tokens`` output tokens (end-of-sequence ignored). All requests share one
     pixel array (``(T, H, W, 3) uint8``, or one :class:`VisionPatches`): engines must not write to it.
 
+    ``template`` is the engine's checkpoint chat template (default: the family's copy).
+
     Raises:
         ValueError: the shape is one the vision processor would resize (see :func:`patchify`).
     """
     m = config.model
-    return _clips(config, m.warmup_clip_shape, [m.warmup_max_tokens] * m.warmup_clips)
+    return _clips(config, m.warmup_clip_shape, [m.warmup_max_tokens] * m.warmup_clips, template)
 
 
-#: The decode sweep's tiny clip (frames, height, width): 4 video tokens, the smallest the processor keeps.
-SWEEP_CLIP_SHAPE = (2, 56, 56)
+def sweep_clip_shape(config: AppConfig) -> tuple[int, int, int]:
+    """The decode sweep's tiny clip (frames, height, width): 2 frames of 2×2 merged patches (4 video
+    tokens), the smallest the processor keeps: 56×56 px for Qwen2.5-VL, 64×64 for Qwen3-VL."""
+    side = 2 * config.model.geometry.pixel_factor
+    return (2, side, side)
 
 
-def decode_sweep_requests(config: AppConfig) -> list[GenerationRequest]:
-    """The decode sweep (``model.warmup_decode_sweep`` = N): N tiny clips of :data:`SWEEP_CLIP_SHAPE`,
+def decode_sweep_requests(config: AppConfig, template: str | None = None) -> list[GenerationRequest]:
+    """The decode sweep (``model.warmup_decode_sweep`` = N): N tiny clips of :func:`sweep_clip_shape`,
     clip i asking for i+1 output tokens, so the decode batch shrinks from N to 1 one step at a time and
     every batch size runs once. Empty when N is 0."""
     n = config.model.warmup_decode_sweep
-    return _clips(config, SWEEP_CLIP_SHAPE, list(range(1, n + 1)))
+    return _clips(config, sweep_clip_shape(config), list(range(1, n + 1)), template)
 
 
-def _clips(config: AppConfig, shape: tuple[int, int, int], max_tokens: list[int]) -> list[GenerationRequest]:
+def _clips(
+    config: AppConfig, shape: tuple[int, int, int], max_tokens: list[int], template: str | None = None
+) -> list[GenerationRequest]:
     """One warm-up request per entry of ``max_tokens``: zero clips of ``shape`` sharing one pixel array."""
     m = config.model
     frames = np.zeros((*shape, 3), dtype=np.uint8)
     patches = patchify(frames, config.decode.fps) if m.vision_input == "patches" else None
-    prompt = render_prompt("warm-up", m.system_prompt)
+    prompt = render_prompt("warm-up", m.system_prompt, family=m.family, template=template)
     return [
         GenerationRequest(
             request_id=new_engine_request_id(), frames=None if patches else frames, patches=patches,
@@ -123,7 +130,7 @@ class VideoModel:
             Exception: the first error of any warm-up clip (the others are cancelled); the replica
                 then fails to start, as with an engine that cannot load.
         """
-        requests = warmup_requests(self.config)
+        requests = warmup_requests(self.config, self.engine.chat_template)
         t0 = time.perf_counter()
         # The first clip alone: the engine's first input processing builds its HF processor, which several
         # preprocessing threads at once would each build in parallel under the GIL (66 s for 4 threads on the
@@ -132,7 +139,7 @@ class VideoModel:
         first_s = time.perf_counter() - t0
         await self._run_all(requests[1:])
         clips_s = time.perf_counter() - t0
-        sweep = decode_sweep_requests(self.config)
+        sweep = decode_sweep_requests(self.config, self.engine.chat_template)
         await self._run_all(sweep)
         logger.info("warm-up: %d clips of %s in %.1f s (first clip alone %.1f s; decode sweep of %d: %.1f s)",
                     len(requests), self.config.model.warmup_clip_shape, time.perf_counter() - t0, first_s,
@@ -174,6 +181,7 @@ class VideoModel:
             metrics=self.metrics,
             max_model_len=self.config.model.context_tokens,  # security: context check (issue 13)
             retry_after_s=self.config.limits.retry_after_s,
+            family=self.config.model.family,
         )
         interval_s = self.config.model.stream_interval_ms / 1000
         coalesced: AsyncGenerator[ModelChunk, None] = coalesce_deltas(chunks, interval_s)

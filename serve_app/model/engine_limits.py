@@ -34,26 +34,37 @@ def text_tokens_estimate(*texts: str) -> int:
     return TEMPLATE_TOKENS + -(-n_bytes // BYTES_PER_TEXT_TOKEN)
 
 
-def check_context(n_frames: int, height: int, width: int, text_tokens: int, max_model_len: int | None) -> int:
+def check_context(
+    n_frames: int,
+    height: int,
+    width: int,
+    text_tokens: int,
+    max_model_len: int | None,
+    pixel_factor: int = 28,
+    tokens_per_group: int = 0,
+) -> int:
     """Checks that a clip's prompt fits the engine's context.
 
     Args:
         n_frames: frames sent to the model (T, even).
-        height, width: frame size in pixels (multiples of 28).
+        height, width: frame size in pixels (multiples of ``pixel_factor``).
         text_tokens: tokens of the prompt's text (see :func:`text_tokens_estimate`).
         max_model_len: the engine's context in tokens (None: not checked).
+        pixel_factor: the family's pixel factor (28 Qwen2.5-VL, 32 Qwen3-VL).
+        tokens_per_group: text tokens the processor adds per frame pair (Qwen3-VL's timestamps).
 
     Returns:
-        The clip's video tokens (``T/2 · H/14 · W/14 / 4``; :func:`serve_app.decode.sampling.video_tokens`).
+        The clip's video tokens (``T/2 · H/f · W/f``; :func:`serve_app.decode.sampling.video_tokens`).
 
     Raises:
         InvalidRequestError (400, ``param="max_frames"``): video tokens + text tokens exceed
             ``max_model_len``; the message gives both numbers and the most frames that fit.
     """
-    tokens = video_tokens(n_frames, height, width)
+    tokens = video_tokens(n_frames, height, width, pixel_factor)
+    text_tokens += -(-n_frames // 2) * tokens_per_group
     if max_model_len is None or tokens + text_tokens <= max_model_len:
         return tokens
-    per_pair = max(1, video_tokens(2, height, width))
+    per_pair = max(1, video_tokens(2, height, width, pixel_factor) + tokens_per_group)
     fits = max(0, (max_model_len - text_tokens) // per_pair) * 2
     raise InvalidRequestError(
         f"the clip's {n_frames} frames of {width}x{height} are {tokens} video tokens; with the prompt "

@@ -24,7 +24,7 @@ from serve_app.errors import InvalidRequestError
 from serve_app.log_limit import get_logger
 from serve_app.model.engine_limits import check_context, engine_error, text_tokens_estimate
 from serve_app.model.engines.base import Engine, GenerationRequest
-from serve_app.model.prompt import render_prompt
+from serve_app.model.family import family_for
 from serve_app.model.stop_strings import StopScanner
 from serve_app.protocol import ClipInfo, ClipQuestion, DecodedClip, Delta, Done, ErrorInfo, ModelChunk, VideoInfo
 from serve_app.text import log_safe
@@ -79,6 +79,7 @@ async def answer_stream(  # noqa: C901 - the engine stream to chunks: branches f
     metrics: GenerationMetrics | None = None,
     max_model_len: int | None = None,
     retry_after_s: int = 1,
+    family: str = "qwen2_5_vl",
 ) -> AsyncIterator[ModelChunk]:
     """Streams the answer to ``question`` about ``clip`` (see the module docstring for the chunks).
 
@@ -94,6 +95,9 @@ async def answer_stream(  # noqa: C901 - the engine stream to chunks: branches f
         max_model_len: the engine's context in tokens; a clip that cannot fit is a 400 naming
             ``max_frames`` before the engine (:func:`serve_app.model.engine_limits.check_context`).
         retry_after_s: ``Retry-After`` of the 503 for a dead engine.
+        family: the model family (``model.family``): the chat format (rendered with the engine's
+            checkpoint template, :attr:`Engine.chat_template`, else the family's copy), the video
+            token count and the reasoning format reported in :class:`ClipInfo`.
 
     Engine failures become chunks, never exceptions (:func:`serve_app.model.engine_limits.engine_error`):
     the request's fault (``ValueError``/``TypeError``) a 400, :class:`EngineDeadError` a 503
@@ -111,10 +115,12 @@ async def answer_stream(  # noqa: C901 - the engine stream to chunks: branches f
     rid = question.request_id
     if question.system_prompt is not None:  # the request's own system message replaces the configured one
         system_prompt = question.system_prompt
+    fam = family_for(family)
     texts = (system_prompt, question.question, *(t.text for t in question.history))
     try:  # security: a clip that cannot fit the context is 400 before the engine (issue 13)
         n_video = check_context(
             clip.num_frames, clip.frame_size[1], clip.frame_size[0], text_tokens_estimate(*texts), max_model_len,
+            fam.geometry.pixel_factor, fam.text_tokens_per_group,
         )
     except InvalidRequestError as e:
         yield e.info()
@@ -126,13 +132,14 @@ async def answer_stream(  # noqa: C901 - the engine stream to chunks: branches f
         video_tokens=n_video,
         model=model_name,
         random_weights=engine.random_weights,
+        reasoning_format=fam.reasoning_format,
     )
     req = GenerationRequest(
         request_id=new_engine_request_id(),
         frames=clip.frames,
         patches=clip.patches,
         fps=clip.fps,
-        prompt=render_prompt(question.question, system_prompt, question.history),
+        prompt=fam.render_prompt(question.question, system_prompt, question.history, engine.chat_template),
         sampling=question.sampling,
         clip_id=question.clip_id,
     )

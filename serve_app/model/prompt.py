@@ -1,11 +1,11 @@
-"""Prompt building for Qwen2.5-VL / Cosmos-Reason1 video questions.
+"""Prompt building for video questions (Qwen2.5-VL / Cosmos-Reason1, Qwen3-VL / Cosmos-Reason2).
 
-The rendered text is the model's own chat template
-(:data:`serve_app.model_facts.CHAT_TEMPLATE`, ``<|im_start|>role\\n…<|im_end|>\\n``) over one
+The rendered text is the model's own chat template (the checkpoint's; the family's copy,
+:data:`serve_app.model_facts.CHAT_TEMPLATE` for Qwen2.5-VL, ``<|im_start|>role\\n…<|im_end|>\\n``) over one
 system turn and one user turn holding the video placeholder
 ``<|vision_start|><|video_pad|><|vision_end|>`` before the question, as in NVIDIA's
-Cosmos-Reason1 inference example. The processor (HF or vLLM) expands the single
-``<|video_pad|>`` into one token per merged patch.
+Cosmos-Reason1 and Cosmos-Reason2 inference examples. The processor (HF or vLLM) expands the single
+``<|video_pad|>`` into one token per merged patch (Qwen3-VL: per frame pair, each after its timestamp).
 """
 
 from __future__ import annotations
@@ -15,27 +15,33 @@ from collections.abc import Sequence
 from typing import Any
 
 from serve_app.errors import InvalidRequestError
-from serve_app.model_facts import render_chat_template
+from serve_app.model.family import family_for
 from serve_app.protocol import Turn
 
 
-def build_messages(question: str, system_prompt: str, history: Sequence[Turn] = ()) -> list[dict[str, Any]]:
+def build_messages(
+    question: str, system_prompt: str, history: Sequence[Turn] = (), family: str = "qwen2_5_vl"
+) -> list[dict[str, Any]]:
     """Chat messages in the HF/OpenAI multimodal shape: system text, then user video + text, then
-    the conversation's later turns (text)."""
-    return [
-        {"role": "system", "content": [{"type": "text", "text": system_prompt}]},
-        {"role": "user", "content": [{"type": "video"}, {"type": "text", "text": question}]},
-        *({"role": t.role, "content": [{"type": "text", "text": t.text}]} for t in history),
-    ]
+    the conversation's later turns (text) (:meth:`serve_app.model.family.ModelFamily.build_messages`)."""
+    return family_for(family).build_messages(question, system_prompt, history)
 
 
-def render_prompt(question: str, system_prompt: str, history: Sequence[Turn] = ()) -> str:
+def render_prompt(
+    question: str,
+    system_prompt: str,
+    history: Sequence[Turn] = (),
+    family: str = "qwen2_5_vl",
+    template: str | None = None,
+) -> str:
     """The prompt text the chat template yields for :func:`build_messages` (with generation prompt).
 
     ``history`` (later assistant and user turns of a conversation about the clip) follows the first
     user turn, each as ``<|im_start|>role\\n…<|im_end|>\\n``; the clip stays in the first user turn.
+    ``template`` is the checkpoint's own chat template (default: the family's copy, the one the
+    generated checkpoints carry).
 
-    Example::
+    Example (Qwen2.5-VL)::
 
         <|im_start|>system
         You are a helpful assistant.<|im_end|>
@@ -43,7 +49,7 @@ def render_prompt(question: str, system_prompt: str, history: Sequence[Turn] = (
         <|vision_start|><|video_pad|><|vision_end|>Is anyone in danger?<|im_end|>
         <|im_start|>assistant
     """
-    return render_chat_template(build_messages(question, system_prompt, history), add_generation_prompt=True)
+    return family_for(family).render_prompt(question, system_prompt, history, template)
 
 
 #: A chat-template control token: every special token of Qwen2.5-VL's tokenizer has this

@@ -23,7 +23,8 @@ def sampling_options(
     seed: int | None = None,
     ignore_eos: bool = False,
 ) -> SamplingOptions:
-    """``defaults`` (``model.sampling``) with a request's settings over them; None: the default.
+    """``defaults`` (``model.sampling``) with a request's settings over them; None: the default
+    (``top_k`` and ``presence_penalty`` are the configured ones: no route takes them per request).
 
     Args:
         defaults: the configured defaults.
@@ -41,4 +42,6 @@ def sampling_options(
         repetition_penalty=defaults.repetition_penalty if repetition_penalty is None else repetition_penalty,
         seed=seed,
         ignore_eos=ignore_eos,
+        top_k=defaults.top_k,
+        presence_penalty=defaults.presence_penalty,
     )

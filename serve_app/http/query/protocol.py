@@ -92,6 +92,7 @@ def frame_sampling_for(q: ClipQueryFields, config: AppConfig) -> FrameSampling:
         max_frames=q.max_frames or config.decode.max_frames,
         start_s=q.start_s,
         end_s=q.end_s,
+        geometry=config.model.geometry,
     )
 
 
@@ -147,7 +148,7 @@ class QueryAnswer(BaseModel):
     @classmethod
     def build(cls, question: str, info: ClipInfo, text: str, done: Done) -> QueryAnswer:
         """The answer ``text`` to ``question`` about the clip ``info``, finished with ``done``."""
-        parsed = split_reasoning(text)
+        parsed = split_reasoning(text, info.reasoning_format)
         return cls(
             question=question,
             answer=parsed.answer,
@@ -198,7 +199,7 @@ class QueryResponse(BaseModel):
     @classmethod
     def build(cls, request_id: str, info: ClipInfo, text: str, done: Done, total_ms: float) -> QueryResponse:
         """The body for ``text`` generated about the clip ``info``, finished with ``done``."""
-        parsed = split_reasoning(text)
+        parsed = split_reasoning(text, info.reasoning_format)
         return cls(
             id=request_id,
             model=info.model,

@@ -98,6 +98,8 @@ class Engine(abc.ABC):
     #: True when the weights are random (generated checkpoint or dummy load):
     #: outputs are meaningless and responses must say so.
     random_weights: bool = False
+    #: The checkpoint's own chat template once started (None: the family's copy is used).
+    chat_template: str | None = None
 
     @abc.abstractmethod
     async def start(self) -> None:

@@ -1,6 +1,7 @@
 """A CPU engine on Hugging Face transformers (tests and the laptop default).
 
-Runs ``Qwen2_5_VLForConditionalGeneration.generate`` in a worker thread and
+Runs the model family's transformers class (``Qwen2_5_VLForConditionalGeneration``,
+``Qwen3VLForConditionalGeneration``) ``generate`` in a worker thread and
 streams text through transformers' ``AsyncTextIteratorStreamer``. Requests run
 one at a time (a lock: CPU ``generate`` is compute-bound and serial); the time
 spent waiting for the lock is the request's ``queue_ms``. Aborts stop generation at the next
@@ -19,9 +20,11 @@ from typing import TYPE_CHECKING, Any, cast
 from transformers import AsyncTextIteratorStreamer
 
 from serve_app.config import ModelConfig
+from serve_app.config.families import check_family
 from serve_app.log_limit import get_logger
 from serve_app.model.checkpoint import ensure_checkpoint, has_random_weights
 from serve_app.model.engines.base import Engine, EngineDeadError, GenerationChunk, GenerationRequest
+from serve_app.model.family import family_for
 
 if TYPE_CHECKING:
     import torch
@@ -60,7 +63,7 @@ class TokenCountingStreamer(AsyncTextIteratorStreamer):
 
 
 class TransformersEngine(Engine):
-    """Qwen2.5-VL on transformers, for CPU.
+    """A Qwen2.5-VL or Qwen3-VL checkpoint (``model.family``) on transformers, for CPU.
 
     Args:
         config: model settings; ``config.checkpoint`` builds a generated
@@ -71,7 +74,8 @@ class TransformersEngine(Engine):
         self.config = config
         self._lock = asyncio.Semaphore(config.max_concurrent_requests)
         self._cancel: dict[str, threading.Event] = {}
-        self.model: Any = None  # Qwen2_5_VLForConditionalGeneration once loaded
+        self.model: Any = None  # the family's transformers model once loaded
+        self.family = family_for(config.family)
         self.processor: Any = None  # its AutoProcessor once loaded
 
     async def start(self) -> None:
@@ -80,17 +84,24 @@ class TransformersEngine(Engine):
 
     def _load(self) -> None:
         import torch
-        from transformers import AutoProcessor, Qwen2_5_VLForConditionalGeneration
+        import transformers
+        from transformers import AutoConfig, AutoProcessor
 
         path = self.config.model_id
         if self.config.checkpoint:
-            path = str(ensure_checkpoint(self.config.checkpoint, path))
+            path = str(ensure_checkpoint(self.config.checkpoint, path, self.config.family))
         self.random_weights = Path(path).is_dir() and has_random_weights(path)
         torch.set_num_threads(max(1, torch.get_num_threads()))
         self.processor = AutoProcessor.from_pretrained(path)  # type: ignore[no-untyped-call]  # unannotated upstream
+        template = getattr(self.processor, "chat_template", None) or getattr(
+            self.processor.tokenizer, "chat_template", None
+        )
+        self.chat_template = template if isinstance(template, str) else None
+        check_family(AutoConfig.from_pretrained(path).architectures, self.config.family, f"checkpoint {path}")
+        model_class = getattr(transformers, self.family.hf_model_class)
         self.model = (
-            Qwen2_5_VLForConditionalGeneration.from_pretrained(path, dtype=torch.float32)
-            .to(self.config.device)  # type: ignore[arg-type]  # transformers' .to stub drops the bound self
+            model_class.from_pretrained(path, dtype=torch.float32)
+            .to(self.config.device)
             .eval()
         )
         logger.info("transformers engine loaded %s (random weights: %s)", path, self.random_weights)
@@ -100,12 +111,13 @@ class TransformersEngine(Engine):
 
         if request.frames is None:  # config validation keeps vision_input 'patches' off this backend
             raise ValueError("the transformers backend takes frames, not patches (model.vision_input: frames)")
+        frames, fam = request.frames, self.family
         inputs: BatchFeature = self.processor(
             text=[request.prompt],
-            videos=[request.frames],
-            video_metadata=[VideoMetadata(total_num_frames=int(request.frames.shape[0]), fps=request.fps)],
-            do_sample_frames=False,
-            cap_pixels_per_frame=False,  # frames already fit the Cosmos pixel budget
+            videos=[frames],
+            video_metadata=[VideoMetadata(**fam.video_metadata(frames, request.fps))],
+            # no resampling or resize: the frames are sampled and sized for the family already
+            **fam.processor_kwargs(frames, request.fps),
             return_tensors="pt",
         ).to(self.config.device)
         return inputs
@@ -144,6 +156,8 @@ class TransformersEngine(Engine):
         )
         if s.temperature > 0:
             kwargs.update(temperature=s.temperature, top_p=s.top_p)
+            if s.top_k > 0:
+                kwargs["top_k"] = s.top_k
         if s.ignore_eos:
             kwargs["min_new_tokens"] = s.max_tokens
         with torch.inference_mode():

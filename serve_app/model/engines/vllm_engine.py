@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from serve_app.config import ModelConfig
+from serve_app.config.families import check_family
 from serve_app.log_limit import get_logger
 from serve_app.model.checkpoint import ensure_checkpoint, has_random_weights
 from serve_app.model.engines import engine_process
@@ -28,6 +29,7 @@ from serve_app.model.engines.vllm_inputs import engine_prompt, handoff_pixels, s
 from serve_app.model.engines.vllm_patches import accept_processed_video, share_tokenizer_pools
 from serve_app.model.engines.vllm_startup import cache_state, compile_cache_env
 from serve_app.model.engines.vllm_timings import TIMINGS_ENV, engine_ts, timings_row
+from serve_app.model.family import checkpoint_chat_template
 
 logger = get_logger(__name__)
 
@@ -94,7 +96,7 @@ class VLLMEngine(Engine):
         self.phases_s["import"] = time.perf_counter() - t_start
         model = self.config.model_id
         if self.config.checkpoint:
-            model = str(ensure_checkpoint(self.config.checkpoint, model))
+            model = str(ensure_checkpoint(self.config.checkpoint, model, self.config.family))
         if self.config.vision_input == "patches" or self.config.patchify == "table":
             accept_processed_video()
             args.setdefault("enable_mm_embeds", True)  # vLLM checks it for every pass-through item
@@ -110,6 +112,9 @@ class VLLMEngine(Engine):
         if self.config.preprocess_threads > 0:
             self._pool = ThreadPoolExecutor(self.config.preprocess_threads, thread_name_prefix="mm-preprocess")
             self._tasks = await self.llm.get_supported_tasks()
+        hf_config = getattr(getattr(self.llm, "model_config", None), "hf_config", None)
+        check_family(getattr(hf_config, "architectures", None), self.config.family, f"checkpoint {model}")
+        self.chat_template = checkpoint_chat_template(model) or await self._tokenizer_chat_template()
         self.phases_s["engine"] = time.perf_counter() - t0
         logger.info(
             "vLLM AsyncLLM ready in %.1f s (%s, random weights %s; preflight + vLLM import %.1f s; compile cache %s; "
@@ -121,6 +126,19 @@ class VLLMEngine(Engine):
             compile_cache,
             "forked from the preloaded fork server" if forkserver else "spawned",
         )
+
+    async def _tokenizer_chat_template(self) -> str | None:
+        """The chat template of the tokenizer vLLM loaded (a hub checkpoint: from its own files); None if it
+        has none (the family's copy is used then, and logged)."""
+        try:
+            template = getattr(await self.llm.get_tokenizer(), "chat_template", None)
+        except Exception as e:  # noqa: BLE001 - the family's copy still renders the prompt
+            logger.warning("could not read the tokenizer's chat template (%s): using the family's copy", e)
+            return None
+        if not isinstance(template, str):
+            logger.warning("the checkpoint has no chat template: using the %s family's copy", self.config.family)
+            return None
+        return template
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
         """Streams one request's output (see :class:`Engine`)."""
@@ -138,7 +156,7 @@ class VLLMEngine(Engine):
                 self._pool, self._process, request, params, stage
             )
         else:
-            engine_input = engine_prompt(request, self.config.processor_kwargs, self._table_device)
+            engine_input = engine_prompt(request, self.config.processor_kwargs, self._table_device, self.config.family)
         t_engine = time.perf_counter()
         n_out = 0
         prompt_tokens: int | None = None
@@ -176,7 +194,7 @@ class VLLMEngine(Engine):
         """
         stage["thread_start"] = time.perf_counter()
         arrival_s = time.time()  # vLLM's arrival time covers the patchify too, as it covers the HF processor
-        prompt = engine_prompt(request, self.config.processor_kwargs, self._table_device)
+        prompt = engine_prompt(request, self.config.processor_kwargs, self._table_device, self.config.family)
         req = self.llm.input_processor.process_inputs(
             request.request_id, prompt, params, supported_tasks=self._tasks, arrival_time=arrival_s
         )

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from serve_app.decode.vision_patches import patchify_fields, video_input
 from serve_app.model.engines.base import GenerationRequest
+from serve_app.model.family import family_for
 from serve_app.protocol import SamplingOptions
 
 if TYPE_CHECKING:
@@ -28,7 +29,8 @@ if TYPE_CHECKING:
 
 
 def processor_kwargs(n_frames: int, fps: float, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Per-request HF processor kwargs for a clip of ``n_frames`` sampled at ``fps`` (frames/s).
+    """Per-request HF processor kwargs of a Qwen2.5-VL clip of ``n_frames`` sampled at ``fps`` (frames/s)
+    (the benches' plain-vLLM side; the replica asks its family, :meth:`ModelFamily.vllm_video`).
 
     ``extra`` (e.g. ``{"device": "cuda"}`` to run the processor on the GPU) is merged in.
     """
@@ -51,6 +53,8 @@ def sampling_params(s: SamplingOptions) -> SamplingParams:
         temperature=s.temperature,
         top_p=s.top_p,
         repetition_penalty=s.repetition_penalty,
+        top_k=s.top_k,
+        presence_penalty=s.presence_penalty,
         seed=s.seed,
         ignore_eos=s.ignore_eos,
         skip_special_tokens=True,
@@ -62,6 +66,7 @@ def engine_prompt(
     request: GenerationRequest,
     extra_processor_kwargs: dict[str, Any] | None = None,
     table_device: str | None = None,
+    family: str = "qwen2_5_vl",
 ) -> dict[str, Any]:
     """The vLLM prompt dict of one request: text, the clip, and processor kwargs.
 
@@ -69,7 +74,9 @@ def engine_prompt(
     fields (see :func:`~serve_app.model.engines.vllm_patches.accept_processed_video`): no HF processor
     runs for it. With ``table_device`` (``model.patchify: table``), frames are patchified here on that torch device
     (:func:`serve_app.decode.vision_patches.patchify_fields`) and go in as processed fields too. Otherwise
-    frames go in as frames, with the processor kwargs that give the true temporal positions.
+    frames go in as the family's video item with the processor kwargs that give the true temporal
+    positions (:meth:`serve_app.model.family.ModelFamily.vllm_video`: Qwen2.5-VL's metadata in the
+    kwargs; Qwen3-VL's in the item, with the frame timestamps its prompt shows).
 
     The clip gets the request id as its multimodal UUID: every request is a new
     clip, so vLLM hashes the short id instead of 38 MB of pixels (the hash
@@ -91,11 +98,12 @@ def engine_prompt(
             "multi_modal_data": {"video": patchify_fields(request.frames, request.fps, table_device)},
             "multi_modal_uuids": {"video": [request.media_uuid]},
         }
+    item, kwargs = family_for(family).vllm_video(request.frames, request.fps, extra_processor_kwargs)
     return {
         "prompt": request.prompt,
-        "multi_modal_data": {"video": request.frames},
+        "multi_modal_data": {"video": item},
         "multi_modal_uuids": {"video": [request.media_uuid]},
-        "mm_processor_kwargs": processor_kwargs(request.frames.shape[0], request.fps, extra_processor_kwargs),
+        "mm_processor_kwargs": kwargs,
     }
 
 

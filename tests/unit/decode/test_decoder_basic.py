@@ -57,3 +57,24 @@ def test_clip_duration_limit_is_413(data_dir):
     short = LimitsConfig(max_clip_duration_s=10)
     with pytest.raises(PayloadTooLargeError, match="10 s"):
         decode_clip(data_dir / "intel_car-detection.mp4", FrameSampling(4, 128), DEC, short)
+
+
+def test_qwen3_vl_geometry_sizes_the_reference_window_as_the_recipe_processor_would(data_dir):
+    """The decode tier takes the family's geometry as values (no model code): with Qwen3-VL's 32-px factor
+    and Cosmos-Reason2's budget (t·h·w ≤ 8192·32²), the 10-s window at 4 fps has the size transformers'
+    Qwen3-VL video processor gives the same 40 frames under the recipe's ``size`` (so plain vLLM with that
+    size and the graph see the same pixels' geometry)."""
+    from transformers.models.qwen3_vl.video_processing_qwen3_vl import smart_resize
+
+    from serve_app.config import AppConfig
+    from serve_app.protocol import FrameGeometry
+
+    config = AppConfig.model_validate({"model": {"family": "qwen3_vl", "backend": "transformers"}})
+    request = FrameSampling(4, 128, 10, 20, geometry=config.model.geometry)
+    assert request.geometry == FrameGeometry(32, 2)
+    clip = decode_clip(data_dir / "intel_car-detection.mp4", request, config.decode, LIM)
+    t, h, w, _ = clip.frames.shape
+    assert t == 40 and h % 32 == 0 and w % 32 == 0
+    src_h, src_w = clip.source_height, clip.source_width
+    assert (h, w) == smart_resize(40, src_h, src_w, factor=32, min_pixels=256 * 32 * 32, max_pixels=8192 * 32 * 32)
+    assert t * h * w <= 8192 * 32 * 32

@@ -153,7 +153,7 @@ def test_a_failing_warmup_clip_fails_the_start_with_the_engines_error_and_cancel
 
 
 def test_the_decode_sweep_shrinks_the_batch_one_sequence_per_step():
-    from serve_app.deployments.model import SWEEP_CLIP_SHAPE, decode_sweep_requests
+    from serve_app.deployments.model import decode_sweep_requests
 
     config = AppConfig.model_validate({"model": {"backend": "vllm", "warmup_decode_sweep": 5,
                                                  "sampling": {"temperature": 0.6, "top_p": 0.95}}})
@@ -161,14 +161,15 @@ def test_the_decode_sweep_shrinks_the_batch_one_sequence_per_step():
     assert [r.sampling.max_tokens for r in sweep] == [1, 2, 3, 4, 5]  # batch sizes 5, 4, 3, 2, 1 each run once
     assert all(r.sampling.ignore_eos for r in sweep)
     assert {r.sampling.temperature for r in sweep} == {0.6} and {r.sampling.top_p for r in sweep} == {0.95}
-    assert {r.frames.shape for r in sweep} == {(*SWEEP_CLIP_SHAPE, 3)}
+    assert {r.frames.shape for r in sweep} == {(2, 56, 56, 3)}  # 2x2 merged 14-px patches: 4 video tokens
     assert len({r.request_id for r in sweep}) == 5
     off = AppConfig.model_validate({"model": {"backend": "vllm"}})
     assert decode_sweep_requests(off) == []
+    qwen3 = AppConfig.model_validate({"model": {"backend": "vllm", "family": "qwen3_vl", "warmup_decode_sweep": 2}})
+    assert {r.frames.shape for r in decode_sweep_requests(qwen3)} == {(2, 64, 64, 3)}  # 32-px multiples
 
 
 def test_the_warmup_runs_the_decode_sweep_after_the_clips():
-    from serve_app.deployments.model import SWEEP_CLIP_SHAPE
     from serve_app.testing.engines import ScriptedEngine
 
     class Recording(ScriptedEngine):
@@ -196,4 +197,5 @@ def test_the_warmup_runs_the_decode_sweep_after_the_clips():
 
     engine = asyncio.run(run())
     clip = tuple(AppConfig().model.warmup_clip_shape)
-    assert engine.shapes == [clip, clip, SWEEP_CLIP_SHAPE, SWEEP_CLIP_SHAPE, SWEEP_CLIP_SHAPE]
+    sweep = (2, 56, 56)
+    assert engine.shapes == [clip, clip, sweep, sweep, sweep]

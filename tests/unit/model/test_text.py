@@ -123,3 +123,31 @@ def test_checkpoint_carries_the_one_chat_template(tiny_checkpoint):
 
     assert json.loads((tiny_checkpoint / "chat_template.json").read_text())["chat_template"] == CHAT_TEMPLATE
     assert json.loads((tiny_checkpoint / "tokenizer_config.json").read_text())["chat_template"] == CHAT_TEMPLATE
+
+
+@pytest.mark.parametrize(
+    ("text", "reasoning", "answer", "followed"),
+    [
+        # Cosmos-Reason2 asked to reason (its recipe's add-on): <think> block, the answer after it
+        ("<think>\nA car turns left.\n</think>\n\nYes, it turns.", "A car turns left.", "Yes, it turns.", True),
+        # the Qwen3 template may have opened <think> in the prompt: only the closing tag is generated
+        ("The lane is clear.\n</think>\n\nNo hazard.", "The lane is clear.", "No hazard.", True),
+        # not asked to reason: the whole text is the answer
+        ("A forklift crosses the aisle.", None, "A forklift crosses the aisle.", True),
+        # reasoning and then nothing: no answer, said so
+        ("<think>hmm</think>  ", "hmm", None, False),
+        ("", None, None, False),
+    ],
+)
+def test_qwen3_vl_output_splits_at_the_end_of_its_think_block(text, reasoning, answer, followed):
+    parsed = split_reasoning(text, "think_then_answer")
+    assert (parsed.reasoning, parsed.answer, parsed.format_followed) == (reasoning, answer, followed)
+    assert parsed.raw == text
+    assert (parsed.note() is None) == followed
+
+
+def test_qwen3_vl_answer_tags_are_not_required_but_cosmos_reason1_still_needs_them():
+    text = "<think>x</think>\n\nThe answer."
+    assert split_reasoning(text, "think_then_answer").answer == "The answer."
+    r1 = split_reasoning(text)  # Cosmos-Reason1's format: <answer> missing
+    assert r1.answer is None and not r1.format_followed and "<answer>" in (r1.note() or "")
