@@ -33,12 +33,13 @@ from typing import Any
 
 from serve_app import model_facts as facts
 from serve_app.log_limit import get_logger
+from serve_app.model.checkpoint_qwen3_vl import RANDOM_MARKER as RANDOM_MARKER
 from serve_app.model.tokenizer import write_tokenizer_files
 
 logger = get_logger(__name__)
 
-#: Marker file: its presence means the weights are random.
-RANDOM_MARKER = "random_weights.json"
+# RANDOM_MARKER (the marker file: its presence means the weights are random) is defined in
+# serve_app.model.checkpoint_qwen3_vl, which this module imports without a cycle; re-exported here.
 
 VISION_FULL = {
     "depth": 32,

@@ -9,7 +9,7 @@ configs; every number comes from :mod:`serve_app.model_facts_qwen3_vl`:
   (no weights); vLLM loads it with ``load_format="dummy"`` (random numbers, real compute).
 * ``tiny-random``: the same architecture shrunk (text 64 wide, 2 layers; vision 32 wide, depth 2,
   DeepStack taps at vision blocks 0 and 1) with random float32 weights (``model.safetensors``,
-  about 19.6 M parameters, most of them the two 151936-row embedding matrices), small enough for
+  19.74 M parameters, 19.45 M of them the two 151936 × 64 embedding matrices), small enough for
   the transformers backend to generate on CPU.
 
 Both carry :data:`RANDOM_MARKER`: whatever they generate is meaningless.
