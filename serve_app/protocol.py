@@ -342,8 +342,12 @@ class VideoInfo(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     num_frames: int = Field(..., description="Frames sent to the model (T, even, padding included).")
-    frame_width: int = Field(..., description="Width of the frames sent to the model, pixels (multiple of 28).")
-    frame_height: int = Field(..., description="Height of the frames sent to the model, pixels (multiple of 28).")
+    frame_width: int = Field(
+        ..., description="Width of the frames sent to the model, pixels (a multiple of the family's 28 or 32)."
+    )
+    frame_height: int = Field(
+        ..., description="Height of the frames sent to the model, pixels (a multiple of the family's 28 or 32)."
+    )
     timestamps_s: list[float] = Field(..., description="Presentation time of each decoded frame, seconds.")
     padded_frames: int = Field(..., description="Trailing frames repeating the last one (to make T even).")
     fps: float = Field(..., description="Effective sampling rate, frames/s.")

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from serve_app.testing import local_serve
-from serve_app.testing.local_serve import DATA, METRICS_PORT_ENV, TEST_API_KEY_ENV, TINY_CKPT
+from serve_app.testing.local_serve import DATA, METRICS_PORT_ENV, TEST_API_KEY_ENV, TINY_CKPT, TINY_QWEN3_CKPT
 
 #: Marker applied to every test collected under each directory of ``tests/`` (strict markers stay on:
 #: a test outside these folders gets no marker, and an unknown one fails the run).
@@ -50,6 +50,14 @@ def tiny_checkpoint() -> Path:
     from serve_app.model.checkpoint import ensure_checkpoint
 
     return ensure_checkpoint("tiny-random", TINY_CKPT)
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen3_checkpoint() -> Path:
+    """The tiny random-weight Qwen3-VL checkpoint (Cosmos-Reason2's architecture), built once (git-ignored)."""
+    from serve_app.model.checkpoint import ensure_checkpoint
+
+    return ensure_checkpoint("tiny-random", TINY_QWEN3_CKPT, "qwen3_vl")
 
 
 @pytest.fixture(scope="session")

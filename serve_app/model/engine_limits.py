@@ -61,14 +61,14 @@ def check_context(
             ``max_model_len``; the message gives both numbers and the most frames that fit.
     """
     tokens = video_tokens(n_frames, height, width, pixel_factor)
-    text_tokens += -(-n_frames // 2) * tokens_per_group
-    if max_model_len is None or tokens + text_tokens <= max_model_len:
+    group_tokens = -(-n_frames // 2) * tokens_per_group
+    if max_model_len is None or tokens + group_tokens + text_tokens <= max_model_len:
         return tokens
     per_pair = max(1, video_tokens(2, height, width, pixel_factor) + tokens_per_group)
     fits = max(0, (max_model_len - text_tokens) // per_pair) * 2
     raise InvalidRequestError(
         f"the clip's {n_frames} frames of {width}x{height} are {tokens} video tokens; with the prompt "
-        f"(~{text_tokens} tokens) that exceeds the model's context of {max_model_len} tokens "
+        f"(~{text_tokens + group_tokens} tokens) that exceeds the model's context of {max_model_len} tokens "
         f"(model.max_model_len): ask for at most {fits} frames (max_frames), a lower fps or a shorter window",
         param="max_frames",
     )

@@ -34,6 +34,8 @@ DATA = ROOT / "tests" / "data"
 #: The clip benches upload: 30 s of a parking lot, 768×432 H.264, 2.8 MB (CC-BY-4.0 Intel).
 CLIP = DATA / "intel_car-detection.mp4"
 TINY_CKPT = ROOT / "checkpoints" / "tiny-qwen2_5_vl"
+#: The tiny random Qwen3-VL (Cosmos-Reason2's architecture, shrunk), built on first use.
+TINY_QWEN3_CKPT = ROOT / "checkpoints" / "tiny-qwen3_vl"
 #: Environment variable holding a test session's API key (set before Ray starts, so replicas
 #: inherit it); apps deployed with ``api_key_env: TEST_API_KEY_ENV`` require it.
 TEST_API_KEY_ENV = "COSMOS_SERVE_TEST_API_KEY"
@@ -69,6 +71,16 @@ def cpu_args(**overrides: Any) -> dict[str, Any]:
         "model_replica": {"num_cpus": 0, "max_ongoing_requests": 4, "max_queued_requests": 4},
     }
     return _merge(args, overrides)
+
+
+def reason2_model_args() -> dict[str, Any]:
+    """The ``model`` section of a CPU test application with the tiny Qwen3-VL (``configs/cpu-reason2.yaml``'s)."""
+    return {
+        "family": "qwen3_vl",
+        "model_id": str(TINY_QWEN3_CKPT),
+        "served_model_name": "tiny-random-qwen3_vl",
+        "sampling": {"max_tokens": 8},
+    }
 
 
 def cpu_app_args(**overrides: Any) -> dict[str, Any]:
