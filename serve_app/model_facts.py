@@ -15,19 +15,11 @@ Sources (hub repositories, ``main``):
   settings, the system prompt asking for ``<think>``/``<answer>``).
 * ``qwen-vl-utils`` (``vision_process.py``): ``VIDEO_MIN_PIXELS = 128 * 28 * 28``.
 
-:func:`render_chat_template` renders :data:`CHAT_TEMPLATE` the way transformers'
-``apply_chat_template`` does (a sandboxed jinja2 environment with ``trim_blocks`` and
-``lstrip_blocks``), so the prompt text sent to an engine and the template written into generated
-checkpoints come from the same string.
+:data:`CHAT_TEMPLATE` is what the generated checkpoints carry; the one renderer of chat templates is
+:func:`serve_app.model.family.render_chat` (transformers' sandboxed jinja2 environment).
 """
 
 from __future__ import annotations
-
-import functools
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    import jinja2
 
 # --- Vision geometry (preprocessor_config.json; config.json vision_config) -------------------------
 
@@ -162,28 +154,3 @@ COSMOS_TOP_P = 0.95
 COSMOS_REPETITION_PENALTY = 1.05
 #: Output budget in tokens (model card: 4096, room for the ``<think>`` reasoning and the answer).
 COSMOS_MAX_TOKENS = 4096
-
-
-@functools.cache
-def _compiled_template() -> jinja2.Template:
-    import jinja2.ext
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-    # The environment of transformers' chat_template_utils.render_jinja_template.
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
-    return env.from_string(CHAT_TEMPLATE)
-
-
-def render_chat_template(messages: list[dict[str, Any]], *, add_generation_prompt: bool = True) -> str:
-    """Renders chat messages with :data:`CHAT_TEMPLATE`, as ``processor.apply_chat_template(...,
-    tokenize=False)`` does.
-
-    Args:
-        messages: HF/OpenAI-shaped messages: ``{"role": str, "content": str | list[dict]}``, list
-            items ``{"type": "text", "text": ...}`` or ``{"type": "video"}`` / ``{"type": "image"}``.
-        add_generation_prompt: end with the opening of the assistant's turn.
-
-    Returns:
-        The prompt text (special tokens as text, e.g. ``<|im_start|>``).
-    """
-    return _compiled_template().render(messages=messages, add_generation_prompt=add_generation_prompt)

@@ -34,8 +34,8 @@ Sources:
 * NVIDIA/cosmos @ aca7057 (2026-06-13): ``README.md`` (Reasoner sampling table),
   ``cookbooks/cosmos3/reasoner/reasoner_prompt_guide.md``.
 
-:func:`render_chat_template` renders :data:`CHAT_TEMPLATE` as transformers' ``apply_chat_template``
-does (sandboxed jinja2, ``trim_blocks``, ``lstrip_blocks``), as :mod:`serve_app.model_facts` does.
+:data:`CHAT_TEMPLATE` is what the generated checkpoints carry; the one renderer of chat templates is
+:func:`serve_app.model.family.render_chat`.
 """
 
 # The verbatim chat template below has two lines longer than the limit; it is kept byte for byte.
@@ -43,11 +43,7 @@ does (sandboxed jinja2, ``trim_blocks``, ``lstrip_blocks``), as :mod:`serve_app.
 
 from __future__ import annotations
 
-import functools
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    import jinja2
+from typing import Any
 
 # --- Vision geometry (preprocessor_config.json / video_preprocessor_config.json; vision_config) ----
 
@@ -389,35 +385,3 @@ COSMOS_MAX_MODEL_LEN = 16384
 # Not checked: the Cosmos 3 reasoners' own config.json / chat template / tokenizer (no stored copy
 # was found); that their vision tower and processor are Qwen3-VL's rests on the vLLM subclass and on
 # NVIDIA/cosmos README's "Qwen3-VL-compatible message conventions".
-
-
-@functools.cache
-def _compiled_template() -> jinja2.Template:
-    import jinja2.ext
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-    # The environment of transformers' chat_template_utils.render_jinja_template.
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
-    return env.from_string(CHAT_TEMPLATE)
-
-
-def render_chat_template(
-    messages: list[dict[str, Any]], *, add_generation_prompt: bool = True, add_vision_id: bool = False
-) -> str:
-    """Renders chat messages with :data:`CHAT_TEMPLATE`, as ``processor.apply_chat_template(...,
-    tokenize=False)`` does.
-
-    Args:
-        messages: HF/OpenAI-shaped messages: ``{"role": str, "content": str | list[dict]}``, list
-            items ``{"type": "text", "text": ...}`` or ``{"type": "video"}`` / ``{"type": "image"}``.
-        add_generation_prompt: end with the opening of the assistant's turn (``<|im_start|>assistant\n``).
-        add_vision_id: prefix each medium with ``Picture n: `` / ``Video n: `` (cosmos-reason2 sets it
-            when a prompt has more than one medium).
-
-    Returns:
-        The prompt text (special tokens as text, e.g. ``<|im_start|>``; one :data:`VIDEO_PLACEHOLDER`
-        per video, before the processor expands it).
-    """
-    return _compiled_template().render(
-        messages=messages, add_generation_prompt=add_generation_prompt, add_vision_id=add_vision_id
-    )

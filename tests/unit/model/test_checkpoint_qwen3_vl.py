@@ -101,7 +101,7 @@ def test_video_grid_tokens_and_timestamps(processor, t: int, h: int, w: int):
 
 
 def test_processor_template_equals_the_facts_renderer(processor):
-    from serve_app.model_facts_qwen3_vl import render_chat_template
+    from serve_app.model.family import render_chat
 
     multi_turn = [
         {"role": "system", "content": [{"type": "text", "text": "You are a helpful assistant."}]},
@@ -111,7 +111,7 @@ def test_processor_template_equals_the_facts_renderer(processor):
     ]
     for messages in (_video_messages(), multi_turn):
         rendered = processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        assert rendered == render_chat_template(messages)
+        assert rendered == render_chat(facts.CHAT_TEMPLATE, messages)
     assert rendered.endswith("Which way?<|im_end|>\n<|im_start|>assistant\n")
     assert "<|im_start|>assistant\n<think>\nIt shifts.\n</think>\n\nYes.<|im_end|>" in rendered
 
