@@ -9,7 +9,6 @@ Skipped without vLLM (as on the CPU CI); run with ``bash benchmarks/gpu_machine.
 """
 
 import importlib.util
-import socket
 import time
 from pathlib import Path
 
@@ -88,29 +87,12 @@ def test_vllm_takes_the_clip_as_the_hf_processor_makes_it(input_processor, dummy
 
 @pytest.fixture(scope="module")
 def reason2_app(dummy):
-    """``configs/h200-reason2.yaml`` on the dummy checkpoint (eager: start time matters here, not speed)."""
-    import ray
-    from ray import serve
+    """``configs/h200-reason2.yaml`` on the dummy checkpoint (one warm-up clip, no decode sweep)."""
+    from gpuapp import gpu_graph
 
-    from serve_app.app import build_app
-    from serve_app.config import app_config_from_file
-
-    cfg = app_config_from_file(ROOT / "configs" / "h200-reason2.yaml").model_dump(mode="json")
-    cfg["model"].update(model_id=str(dummy), served_model_name="cosmos-reason2-8b-dummy", allow_ignore_eos=True)
-    cfg["model"]["engine_args"].update(load_format="dummy", enforce_eager=True, max_num_seqs=16)
-    cfg["model"].update(warmup_clips=1, warmup_decode_sweep=0)
-    cfg["sources"]["allowed_roots"] = [str(ROOT / "tests" / "data")]
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    ray.init(include_dashboard=False)
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
-    serve.run(build_app(cfg), name="reason2", route_prefix="/")
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        serve.shutdown()
-        ray.shutdown()
+    with gpu_graph("h200-reason2.yaml", dummy, "cosmos-reason2-8b-dummy", "reason2", warmup_clips=1,
+                   warmup_decode_sweep=0) as url:
+        yield url
 
 
 def test_the_graph_answers_a_reference_window_with_the_qwen3_architecture(reason2_app):

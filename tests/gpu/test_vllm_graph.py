@@ -6,7 +6,6 @@ Skipped without CUDA + vLLM; run on the GPU machine with
 
 import importlib.util
 import json
-import socket
 import time
 from pathlib import Path
 
@@ -39,33 +38,14 @@ QUESTION = "Is anyone in this scene in danger? Answer with reasoning."
 
 @pytest.fixture(scope="module")
 def gpu_app():
-    """The project's graph on the GPU: vLLM AsyncLLM on the full-size dummy checkpoint.
+    """The project's graph on the GPU: vLLM AsyncLLM on the full-size dummy checkpoint (``configs/h200.yaml``)."""
+    from gpuapp import gpu_graph
 
-    ``enforce_eager`` skips torch.compile/CUDA graphs: start time matters here, not speed.
-    """
-    import ray
-    from ray import serve
-
-    from serve_app.app import build_app
-    from serve_app.config import app_config_from_file
     from serve_app.model.checkpoint import ensure_checkpoint
 
     ensure_checkpoint("full-dummy", DUMMY)
-    cfg = app_config_from_file(ROOT / "configs" / "h200.yaml").model_dump(mode="json")
-    cfg["model"].update(model_id=str(DUMMY), served_model_name="cosmos-reason1-7b-dummy", allow_ignore_eos=True)
-    cfg["model"]["engine_args"].update(load_format="dummy", enforce_eager=True, max_num_seqs=16)
-    cfg["sources"]["allowed_roots"] = [str(ROOT / "tests" / "data")]
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    ray.init(include_dashboard=False)
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
-    serve.run(build_app(cfg), name="gpu", route_prefix="/")
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        serve.shutdown()
-        ray.shutdown()
+    with gpu_graph("h200.yaml", DUMMY, "cosmos-reason1-7b-dummy", "gpu") as url:
+        yield url
 
 
 def test_engine_answers_a_real_clip(gpu_app, data_dir):
