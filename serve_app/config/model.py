@@ -62,8 +62,9 @@ class ModelConfig(_Model):
         "Qwen3-VL; the Cosmos 3 reasoners). It sets the frame geometry (28- or 32-px multiples), the chat "
         "format, the reasoning split and the defaults of system_prompt, sampling, warmup_clip_shape and "
         "decode.budget. `auto`: from the architectures in model_id's config.json, else from a known hub id "
-        "(nvidia/Cosmos-Reason1-*, nvidia/Cosmos-Reason2-*, Qwen/Qwen2.5-VL-*, Qwen/Qwen3-VL-*), else a "
-        "generated checkpoint is qwen2_5_vl; resolved when the config is loaded.",
+        "(nvidia/Cosmos-Reason1-*, nvidia/Cosmos-Reason2-*, Qwen/Qwen2.5-VL-*, Qwen/Qwen3-VL-*; another hub id is "
+        "refused), else (a generated checkpoint, a local path this machine cannot read) qwen2_5_vl, which the model "
+        "replica checks against the checkpoint it loads; resolved when the config is loaded (docs/models.md).",
     )
     backend: str = Field(
         "vllm",
