@@ -113,7 +113,11 @@ class VLLMEngine(Engine):
             self._pool = ThreadPoolExecutor(self.config.preprocess_threads, thread_name_prefix="mm-preprocess")
             self._tasks = await self.llm.get_supported_tasks()
         hf_config = getattr(getattr(self.llm, "model_config", None), "hf_config", None)
-        check_family(getattr(hf_config, "architectures", None), self.config.family, f"checkpoint {model}")
+        try:
+            check_family(getattr(hf_config, "architectures", None), self.config.family, f"checkpoint {model}")
+        except ValueError:
+            await self.shutdown()  # give the GPU back before the replica fails its start
+            raise
         self.chat_template = checkpoint_chat_template(model) or await self._tokenizer_chat_template()
         self.phases_s["engine"] = time.perf_counter() - t0
         logger.info(
