@@ -164,18 +164,25 @@ def resolve_family(family: str, model_id: str, generated: bool) -> FamilyName:
     is Cosmos-Reason1's (``qwen2_5_vl``), which the model replica checks when it loads the checkpoint
     (:func:`check_family`).
 
+    A family given explicitly is checked against a readable local ``config.json``.
+
     Raises:
-        ValueError: an unsupported architecture, or a hub id of no known family (set ``model.family``).
+        ValueError: an unsupported architecture, a family the checkpoint contradicts, or a hub id of no
+            known family (set ``model.family``).
     """
-    if family != "auto":
-        return family  # type: ignore[return-value]  # the field's Literal admits only FAMILIES besides auto
+    where = "model.model_id's config.json"
     config_json = Path(model_id).expanduser() / "config.json"
+    architectures: list[str] | None = None
     if config_json.is_file():
         try:
-            architectures = json.loads(config_json.read_text()).get("architectures") or []
-        except (OSError, ValueError) as e:
-            raise ValueError(f"model.model_id's config.json cannot be read as JSON ({type(e).__name__})") from None
-        return family_of_architectures(list(architectures), "model.model_id's config.json")
+            architectures = list(json.loads(config_json.read_text()).get("architectures") or [])
+        except (OSError, ValueError, AttributeError) as e:
+            raise ValueError(f"{where} cannot be read as a JSON object ({type(e).__name__})") from None
+    if family != "auto":
+        check_family(architectures, family, where)  # a family the checkpoint contradicts is refused here
+        return family  # type: ignore[return-value]  # the field's Literal admits only FAMILIES besides auto
+    if architectures is not None:
+        return family_of_architectures(architectures, where)
     lowered = model_id.lower()
     for prefix, name in HUB_PREFIXES:
         if lowered.startswith(prefix):

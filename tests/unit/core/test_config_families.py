@@ -115,3 +115,18 @@ def test_the_project_patchify_is_refused_for_qwen3_vl(setting):
 def test_a_qwen3_warmup_shape_must_be_a_32_pixel_multiple():
     with pytest.raises(ValidationError, match="multiples of 32"):
         AppConfig.model_validate({"model": {"family": "qwen3_vl", "warmup_clip_shape": [2, 336, 336]}})
+
+
+def test_a_family_the_local_checkpoint_contradicts_is_refused_when_the_config_loads(tmp_path):
+    path = checkpoint_dir(tmp_path, ["Qwen3VLForConditionalGeneration"])
+    with pytest.raises(ValidationError, match=r"set model\.family: qwen3_vl"):
+        AppConfig.model_validate({"model": {"model_id": path, "family": "qwen2_5_vl"}})
+    assert AppConfig.model_validate({"model": {"model_id": path, "family": "qwen3_vl"}}).model.family == "qwen3_vl"
+
+
+def test_a_config_json_that_is_not_an_object_is_refused_without_a_traceback(tmp_path):
+    d = tmp_path / "ckpt"
+    d.mkdir()
+    (d / "config.json").write_text("[1, 2]")
+    with pytest.raises(ValidationError, match="cannot be read as a JSON object"):
+        AppConfig.model_validate({"model": {"model_id": str(d)}})

@@ -128,3 +128,15 @@ def test_the_transformers_engine_answers_with_the_tiny_qwen3(tiny_qwen3_checkpoi
     assert isinstance(info, ClipInfo) and info.reasoning_format == "think_then_answer"
     assert info.video_tokens == 2 * 2 * 3 and info.random_weights
     assert isinstance(done, Done) and done.completion_tokens == 3 and done.prompt_tokens > info.video_tokens
+
+
+def test_the_transformers_engine_refuses_a_checkpoint_of_the_other_family(tiny_qwen3_checkpoint):
+    """A config that could not read the checkpoint (another machine) took the default family: the replica,
+    which can, refuses to start and says which family to set."""
+    from serve_app.model.engines.transformers_engine import TransformersEngine
+
+    config = ModelConfig.model_construct(**{**ModelConfig(backend="transformers").__dict__,
+                                            "model_id": str(tiny_qwen3_checkpoint)})
+    assert config.family == "qwen2_5_vl"
+    with pytest.raises(ValueError, match=r"set model\.family: qwen3_vl"):
+        asyncio.run(TransformersEngine(config).start())
