@@ -1,7 +1,7 @@
 """Bench: the README's quick start on this machine — first start and one request.
 
-Runs ``serve run`` of ``configs/cpu.yaml`` with the tiny checkpoint redirected
-to an empty temporary folder, so the first start includes building the
+Runs ``serve run`` of ``configs/cpu.yaml`` (or ``--config``, e.g. ``configs/cpu-reason2.yaml``) with the
+tiny checkpoint redirected to an empty temporary folder, so the first start includes building the
 checkpoint (tokenizer from ``qwen.tiktoken`` + random weights), waits for the
 model replica's "ready" log line and for ``GET /readyz`` to answer 200, then
 times ``--requests`` uploads of the README's clip (the ``curl`` example) and
@@ -28,6 +28,7 @@ from pathlib import Path
 import httpx
 
 from benchmarks.harness import stop_process_group
+from serve_app.config import app_config_from_file
 
 ROOT = Path(__file__).resolve().parents[1]
 CLIP = ROOT / "tests" / "data" / "intel_car-detection.mp4"
@@ -43,11 +44,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="results/cpu/quickstart.json")
     p.add_argument("--response-out", help="also write the last response body here (JSON)")
     a = p.parse_args(argv)
+    ckpt = Path(app_config_from_file(a.config).model.model_id).name  # tiny-qwen2_5_vl, tiny-qwen3_vl
     with tempfile.TemporaryDirectory() as tmp:
         derived = Path(tmp) / "cpu.yaml"
         subprocess.run(
             [sys.executable, "-m", "serve_app.config", "override", a.config,
-             f"model.model_id={tmp}/tiny-qwen2_5_vl", "-o", str(derived)],
+             f"model.model_id={tmp}/{ckpt}", "-o", str(derived)],
             check=True, cwd=ROOT,
         )
         serve_bin = Path(sys.executable).with_name("serve")
@@ -80,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
                 time.sleep(0.25)
             if ready_s is None:
                 raise SystemExit("GET /readyz never answered 200:\n" + "".join(log[-30:]))
-            built = (Path(tmp) / "tiny-qwen2_5_vl" / "model.safetensors").is_file()
+            built = (Path(tmp) / ckpt / "model.safetensors").is_file()
             times, bodies = [], []
             for _ in range(a.requests):
                 t = time.perf_counter()
@@ -104,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         "server_timings_ms": [b["timings"] for b in bodies],
         "video": {k: bodies[-1]["video"][k] for k in ("num_frames", "frame_width", "frame_height", "fps")},
         "usage": bodies[-1]["usage"],
+        "model": bodies[-1]["model"],
     }
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(doc, indent=2))
