@@ -146,7 +146,9 @@ class ModelConfig(_Model):
     system_prompt: str = Field(
         COSMOS_SYSTEM_PROMPT,
         description="System prompt (default: the family's recipe: Cosmos-Reason1's asks for <think>/<answer>; "
-        "Cosmos-Reason2's is 'You are a helpful assistant.').",
+        "Cosmos-Reason2's is 'You are a helpful assistant.'). Empty: no system message, as a plain vLLM request "
+        "without one (the chat template's default applies: Qwen2.5-VL adds 'You are a helpful assistant.', "
+        "Qwen3-VL nothing).",
     )
     sampling: SamplingDefaults = Field(default_factory=SamplingDefaults, description="Generation defaults.")
     max_model_len: int | None = Field(

@@ -111,9 +111,14 @@ class ModelFamily(abc.ABC):
 
     def build_messages(self, question: str, system_prompt: str, history: Sequence[Turn] = ()) -> list[dict[str, Any]]:
         """Chat messages in the HF/OpenAI multimodal shape: system text, then user video + text (media
-        before text, as both families' recipes put it), then the conversation's later turns (text)."""
+        before text, as both families' recipes put it), then the conversation's later turns (text).
+
+        An empty ``system_prompt`` sends no system message, as a client that sends none to plain vLLM: the
+        chat template's own default applies (Qwen2.5-VL's adds "You are a helpful assistant."; Qwen3-VL's none).
+        """
+        system = [{"role": "system", "content": [{"type": "text", "text": system_prompt}]}] if system_prompt else []
         return [
-            {"role": "system", "content": [{"type": "text", "text": system_prompt}]},
+            *system,
             {"role": "user", "content": [{"type": "video"}, {"type": "text", "text": question}]},
             *({"role": t.role, "content": [{"type": "text", "text": t.text}]} for t in history),
         ]

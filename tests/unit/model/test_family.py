@@ -140,3 +140,11 @@ def test_the_transformers_engine_refuses_a_checkpoint_of_the_other_family(tiny_q
     assert config.family == "qwen2_5_vl"
     with pytest.raises(ValueError, match=r"set model\.family: qwen3_vl"):
         asyncio.run(TransformersEngine(config).start())
+
+
+def test_an_empty_system_prompt_sends_no_system_message_and_the_template_default_applies():
+    q25, q3 = family_for("qwen2_5_vl"), family_for("qwen3_vl")
+    assert [m["role"] for m in q3.build_messages(QUESTION, "")] == ["user"]
+    assert not q3.render_prompt(QUESTION, "").startswith("<|im_start|>system")  # Qwen3-VL's template adds none
+    # Qwen2.5-VL's template adds its default system turn, as plain vLLM's server renders it
+    assert q25.render_prompt(QUESTION, "") == q25.render_prompt(QUESTION, "You are a helpful assistant.")
