@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+import numpy as np
 from transformers import AsyncTextIteratorStreamer
 
 from serve_app.config import ModelConfig
@@ -25,6 +26,10 @@ from serve_app.log_limit import get_logger
 from serve_app.model.checkpoint import ensure_checkpoint, has_random_weights
 from serve_app.model.engines.base import Engine, EngineDeadError, GenerationChunk, GenerationRequest
 from serve_app.model.family import family_for
+from serve_app.model_facts import VIDEO_PLACEHOLDER
+
+#: The video token the processor expands (both families: ``<|video_pad|>``).
+VIDEO_TOKEN = "<|video_pad|>"
 
 if TYPE_CHECKING:
     import torch
@@ -77,6 +82,7 @@ class TransformersEngine(Engine):
         self.model: Any = None  # the family's transformers model once loaded
         self.family = family_for(config.family)
         self.processor: Any = None  # its AutoProcessor once loaded
+        self._collapse_placeholder = False  # see _wraps_frame_groups_twice
 
     async def start(self) -> None:
         """Loads processor and model (building the checkpoint first if configured)."""
@@ -104,23 +110,45 @@ class TransformersEngine(Engine):
             .to(self.config.device)
             .eval()
         )
+        self._collapse_placeholder = self._wraps_frame_groups_twice()
         logger.info("transformers engine loaded %s (random weights: %s)", path, self.random_weights)
 
-    def _inputs(self, request: GenerationRequest) -> BatchFeature:
+    def _process(self, prompt: str, frames: np.ndarray, fps: float) -> BatchFeature:
         from transformers.video_utils import VideoMetadata
 
+        fam = self.family
+        if self._collapse_placeholder:
+            prompt = prompt.replace(VIDEO_PLACEHOLDER, VIDEO_TOKEN)
+        inputs: BatchFeature = self.processor(
+            text=[prompt],
+            videos=[frames],
+            video_metadata=[VideoMetadata(**fam.video_metadata(frames, fps))],
+            # no resampling or resize: the frames are sampled and sized for the family already
+            **fam.processor_kwargs(frames, fps),
+            return_tensors="pt",
+        )
+        return inputs
+
+    def _wraps_frame_groups_twice(self) -> bool:
+        """Whether the processor keeps the template's ``<|vision_start|>…<|vision_end|>`` around frame groups
+        that it already wraps one by one.
+
+        transformers 5.x's ``Qwen3VLProcessor`` replaces only ``<|video_pad|>`` with
+        ``<t seconds><|vision_start|>…<|vision_end|>`` per frame pair, where vLLM's Qwen3-VL processor
+        (and earlier transformers) replaces the whole ``<|vision_start|><|video_pad|><|vision_end|>``; a
+        one-pair clip then shows two vision starts. Then the engine hands the processor ``<|video_pad|>``
+        alone, so its prompt is the one vLLM makes.
+        """
+        side = 2 * self.family.geometry.pixel_factor
+        probe = np.zeros((2, side, side, 3), dtype=np.uint8)
+        ids = self._process(VIDEO_PLACEHOLDER, probe, 1.0)["input_ids"][0].tolist()
+        start = self.processor.tokenizer.convert_tokens_to_ids("<|vision_start|>")
+        return bool(ids.count(start) > 1)
+
+    def _inputs(self, request: GenerationRequest) -> BatchFeature:
         if request.frames is None:  # config validation keeps vision_input 'patches' off this backend
             raise ValueError("the transformers backend takes frames, not patches (model.vision_input: frames)")
-        frames, fam = request.frames, self.family
-        inputs: BatchFeature = self.processor(
-            text=[request.prompt],
-            videos=[frames],
-            video_metadata=[VideoMetadata(**fam.video_metadata(frames, request.fps))],
-            # no resampling or resize: the frames are sampled and sized for the family already
-            **fam.processor_kwargs(frames, request.fps),
-            return_tensors="pt",
-        ).to(self.config.device)
-        return inputs
+        return self._process(request.prompt, request.frames, request.fps).to(self.config.device)
 
     def _run(
         self, inputs: BatchFeature, request: GenerationRequest, streamer: TokenCountingStreamer, cancel: threading.Event

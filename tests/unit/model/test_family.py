@@ -148,3 +148,27 @@ def test_an_empty_system_prompt_sends_no_system_message_and_the_template_default
     assert not q3.render_prompt(QUESTION, "").startswith("<|im_start|>system")  # Qwen3-VL's template adds none
     # Qwen2.5-VL's template adds its default system turn, as plain vLLM's server renders it
     assert q25.render_prompt(QUESTION, "") == q25.render_prompt(QUESTION, "You are a helpful assistant.")
+
+
+@pytest.mark.parametrize(("family", "pairs"), [("qwen3_vl", 3), ("qwen2_5_vl", 1)])
+def test_the_cpu_engine_prompt_has_one_vision_block_per_frame_pair_as_vllm_makes_it(
+    family, pairs, tiny_qwen3_checkpoint, tiny_checkpoint
+):
+    """transformers 5.x's Qwen3-VL processor would keep the template's outer vision start/end around its own
+    per-pair blocks; the engine hands it ``<|video_pad|>`` alone then, so each frame pair has exactly one
+    ``<t seconds><|vision_start|>…<|vision_end|>`` (vLLM's form). Qwen2.5-VL: one block for the clip."""
+    from serve_app.model.engines.base import GenerationRequest
+    from serve_app.model.engines.transformers_engine import TransformersEngine
+    from serve_app.protocol import SamplingOptions
+
+    path = tiny_qwen3_checkpoint if family == "qwen3_vl" else tiny_checkpoint
+    engine = TransformersEngine(ModelConfig(backend="transformers", family=family, model_id=str(path)))
+    asyncio.run(engine.start())
+    side = 2 * family_for(family).geometry.pixel_factor
+    prompt = family_for(family).render_prompt(QUESTION, SYSTEM)
+    sampling = SamplingOptions(max_tokens=1, temperature=0.0, top_p=1.0, repetition_penalty=1.0)
+    ids = engine._inputs(GenerationRequest("r", frames(6, side, side), 4.0, prompt, sampling))["input_ids"][0].tolist()
+    tok = engine.processor.tokenizer
+    starts, ends = (tok.convert_tokens_to_ids(t) for t in ("<|vision_start|>", "<|vision_end|>"))
+    assert ids.count(starts) == ids.count(ends) == pairs
+    assert ids.count(tok.convert_tokens_to_ids("<|video_pad|>")) == video_tokens(6, side, side, side // 2)
