@@ -147,7 +147,7 @@ def check_family(architectures: list[str] | None, family: str, where: str) -> No
     if actual != family:
         raise ValueError(
             f"{where} declares {architectures} (model family {actual}) but the config's model.family is "
-            f"{family}: set model.family: {actual}"
+            f"{family}: set model.family: {actual}, or point model.model_id at a {family} checkpoint"
         )
 
 
