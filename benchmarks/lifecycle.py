@@ -239,9 +239,11 @@ class Lifecycle:
         codes: dict[str, int] = {}
         for o in outcomes:
             codes[str(o["status"])] = codes.get(str(o["status"]), 0) + 1
+        # where the gap went: the replacement's phases from the log, seconds after the kill
+        phases = start_phases(self.log_path.read_text(errors="replace"), t_kill, datetime.now().year)
         return {"replica_pid": replicas[0]["pid"], "answered_again_s": answered.get("s"),
                 "old_engine_gone_s": answered.get("engine_gone_s"), "outcomes_by_status": codes,
-                "requests": outcomes, "engine_processes_after": engine_processes()}
+                "phases_after_kill": phases, "requests": outcomes, "engine_processes_after": engine_processes()}
 
     def stop(self, how: str) -> dict[str, Any]:
         """One stop path, then GPU idle time and processes left (see the module doc). The GPU is watched from

@@ -11,9 +11,16 @@ PHASE_MARKS = (
     (r"ingress ready", "ingress_ready"),
     (r"decode replica ready", "decoder_ready"),
     (r"stream worker ready", "stream_worker_ready"),
+    # Serve's controller sees a killed model replica (the kill step)
+    (r"Replica\(id='\w+', deployment='VideoModel'.*crashed, marking it unhealthy", "death_noticed"),
     (r"Adding 1 replica to Deployment\(name='VideoModel'", "replica_added"),
     (r"Resolved architecture", "vllm_config"),
     (r"Initializing a V1 LLM engine", "engine_core_started"),
+    (r"Model loading took", "weights_loaded"),
+    # vLLM's multimodal memory profiling (a dummy clip of the largest size through the encoder), then the
+    # language model's profile and the CUDA graphs' memory profile
+    (r"Encoder cache will be initialized", "mm_profiling_started"),
+    (r"Profiling CUDA graph memory", "cudagraph_profiling_started"),
     (r"init engine \(profile, create kv cache, warmup model\) took", "engine_ready"),
     (r"vLLM AsyncLLM ready in", "asyncllm_ready"),
     (r"warm-up: \d+ clips", "warmup_done"),
@@ -69,3 +76,31 @@ def start_phases(log: str, since: float, year: int) -> dict[str, Any]:
         if m := re.search(r"compile cache (warm|cold)", line):
             out["compile_cache"] = m.group(1)
     return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m benchmarks.lifecycle_log LOG[.gz] --since "YYYY-MM-DD HH:MM:SS[.f]" [--out F]``: the phases of
+    a committed ``serve run`` log after a moment (e.g. a kill step's kill), as JSON."""
+    import argparse
+    import gzip
+    import json
+    from pathlib import Path
+
+    p = argparse.ArgumentParser(description=main.__doc__)
+    p.add_argument("log")
+    p.add_argument("--since", required=True, help="local time of the origin, e.g. '2026-12-02 02:19:09'")
+    p.add_argument("--out")
+    a = p.parse_args(argv)
+    raw = Path(a.log).read_bytes()
+    text = (gzip.decompress(raw) if a.log.endswith(".gz") else raw).decode(errors="replace")
+    since = datetime.fromisoformat(a.since)
+    doc = {"log": a.log, "since": a.since, **start_phases(text, since.timestamp(), since.year)}
+    out = json.dumps(doc, indent=2)
+    if a.out:
+        Path(a.out).write_text(out + "\n")
+    print(out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -99,3 +99,34 @@ def test_engine_cores_are_found_by_title_or_by_kernel_name():
     assert sorted(rows) == [100, 102, 103]  # the fork server and the ingress are neither
     assert "EngineCor" in rows[102]["cmd"] and rows[102]["ppid"] == 101
     assert rows[103]["cmd"] == "VLLM::EngineCore"
+
+
+# Lines of the kill step's replacement as the H200 printed them (results/gpu/lifecycle-forkserver/, shortened).
+KILL_LOG = "\n".join([
+    "\x1b[0m WARNING 2026-12-02 02:19:15,726 controller 9938 -- Actor for Replica(id='k00h9fvq', "
+    "deployment='VideoModel', app='cosmos-video') crashed, marking it unhealthy immediately.",
+    "\x1b[0m INFO 2026-12-02 02:19:15,729 controller 9938 -- Adding 1 replica to Deployment(name='VideoModel').",
+    "\x1b[0m INFO 12-02 02:19:34 [model.py:598] Resolved architecture: Qwen2_5_VLForConditionalGeneration",
+    "\x1b[0m (EngineCore pid=13763) INFO 12-02 02:19:43 [core.py:114] Initializing a V1 LLM engine (v0.24.0) with",
+    "\x1b[0m (EngineCore pid=13763) INFO 12-02 02:19:55 [gpu_model_runner.py:5255] Model loading took 15.67 GiB",
+    "\x1b[0m (EngineCore pid=13763) INFO 12-02 02:19:56 [gpu_model_runner.py:6271] Encoder cache will be initialized "
+    "with a budget of 16384 tokens, and profiled with 1 video items of the maximum feature size.",
+    "\x1b[0m (EngineCore pid=13763) INFO 12-02 02:20:21 [gpu_model_runner.py:6483] Profiling CUDA graph memory: x",
+])
+
+
+def test_the_kill_steps_replacement_is_broken_into_phases_from_the_kill(tmp_path):
+    import gzip
+    import json
+
+    from benchmarks.lifecycle_log import main
+
+    kill = datetime(2026, 12, 2, 2, 19, 9).timestamp()
+    marks = start_phases(KILL_LOG, kill, 2026)["marks_s"]
+    assert marks == {"death_noticed": 6.7, "replica_added": 6.7, "vllm_config": 25.0, "engine_core_started": 34.0,
+                     "weights_loaded": 46.0, "mm_profiling_started": 47.0, "cudagraph_profiling_started": 72.0}
+    log = tmp_path / "serve.log.gz"
+    log.write_bytes(gzip.compress(KILL_LOG.encode()))
+    out = tmp_path / "phases.json"
+    assert main([str(log), "--since", "2026-12-02 02:19:09", "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["marks_s"] == marks
