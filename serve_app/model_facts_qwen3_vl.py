@@ -45,6 +45,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from serve_app.model_facts import ADDED_TOKENS as QWEN2_ADDED_TOKENS
+
+# the shared token ids, re-exported (``X as X``) for this family's users
+from serve_app.model_facts import ENDOFTEXT_TOKEN_ID as ENDOFTEXT_TOKEN_ID
+from serve_app.model_facts import IM_END_TOKEN_ID as IM_END_TOKEN_ID
+from serve_app.model_facts import IMAGE_TOKEN_ID as IMAGE_TOKEN_ID
+from serve_app.model_facts import VIDEO_TOKEN_ID as VIDEO_TOKEN_ID
+from serve_app.model_facts import VISION_END_TOKEN_ID as VISION_END_TOKEN_ID
+from serve_app.model_facts import VISION_START_TOKEN_ID as VISION_START_TOKEN_ID
+from serve_app.model_facts import VISION_TOKEN_ID as VISION_TOKEN_ID
+
 # --- Vision geometry (preprocessor_config.json / video_preprocessor_config.json; vision_config) ----
 
 #: Side of a vision patch, pixels (``patch_size`` 16; Qwen2.5-VL has 14).
@@ -83,16 +94,11 @@ VIDEO_MAX_FRAMES = 768
 
 # --- Token ids (config.json, tokenizer_config.json) ------------------------------------------------
 
-#: ``<|endoftext|>``: text_config ``bos_token_id``, the tokenizer's pad token.
-ENDOFTEXT_TOKEN_ID = 151643
-#: ``<|im_end|>``: text_config ``eos_token_id`` (ends an assistant turn), the tokenizer's eos.
-IM_END_TOKEN_ID = 151645
-VISION_START_TOKEN_ID = 151652
-VISION_END_TOKEN_ID = 151653
-VISION_TOKEN_ID = 151654
-IMAGE_TOKEN_ID = 151655
-#: ``<|video_pad|>``: the processor expands one into one token per merged patch of each frame pair.
-VIDEO_TOKEN_ID = 151656
+# Qwen3's tokenizer keeps Qwen2.5's added tokens 151643-151664 with the same ids and flags (Qwen3-4B's
+# tokenizer.json, compared entry by entry): their ids are Qwen2.5's, imported from serve_app.model_facts.
+# ``<|endoftext|>`` is text_config ``bos_token_id`` and the pad token, ``<|im_end|>`` text_config
+# ``eos_token_id``; the processor expands one ``<|video_pad|>`` into one token per merged patch of each
+# frame pair.
 #: ``<think>`` / ``</think>``: plain added tokens (``special`` false: kept by ``skip_special_tokens``).
 THINK_OPEN_TOKEN_ID = 151667
 THINK_CLOSE_TOKEN_ID = 151668
@@ -101,32 +107,11 @@ VOCAB_SIZE = 151936
 #: tokenizer_config.json ``model_max_length``, tokens (Qwen3's; = text_config ``max_position_embeddings``).
 MODEL_MAX_LENGTH = 262144
 
-#: (id, content, special) of every Qwen3 added token (tokenizer.json ``added_tokens``): 151643–151656
-#: as in Qwen2.5 (special), 151657–151664 as in Qwen2.5 (not special), and Qwen3's four new
-#: non-special ones, ``<tool_response>``, ``</tool_response>``, ``<think>``, ``</think>``.
+#: (id, content, special) of every Qwen3 added token (tokenizer.json ``added_tokens``): Qwen2.5's 22
+#: (:data:`serve_app.model_facts.ADDED_TOKENS`: 151643-151656 special, 151657-151664 not), then Qwen3's four
+#: new non-special ones, ``<tool_response>``, ``</tool_response>``, ``<think>``, ``</think>``.
 ADDED_TOKENS: tuple[tuple[int, str, bool], ...] = (
-    (ENDOFTEXT_TOKEN_ID, "<|endoftext|>", True),
-    (151644, "<|im_start|>", True),
-    (IM_END_TOKEN_ID, "<|im_end|>", True),
-    (151646, "<|object_ref_start|>", True),
-    (151647, "<|object_ref_end|>", True),
-    (151648, "<|box_start|>", True),
-    (151649, "<|box_end|>", True),
-    (151650, "<|quad_start|>", True),
-    (151651, "<|quad_end|>", True),
-    (VISION_START_TOKEN_ID, "<|vision_start|>", True),
-    (VISION_END_TOKEN_ID, "<|vision_end|>", True),
-    (VISION_TOKEN_ID, "<|vision_pad|>", True),
-    (IMAGE_TOKEN_ID, "<|image_pad|>", True),
-    (VIDEO_TOKEN_ID, "<|video_pad|>", True),
-    (151657, "<tool_call>", False),
-    (151658, "</tool_call>", False),
-    (151659, "<|fim_prefix|>", False),
-    (151660, "<|fim_middle|>", False),
-    (151661, "<|fim_suffix|>", False),
-    (151662, "<|fim_pad|>", False),
-    (151663, "<|repo_name|>", False),
-    (151664, "<|file_sep|>", False),
+    *QWEN2_ADDED_TOKENS,
     (151665, "<tool_response>", False),
     (151666, "</tool_response>", False),
     (THINK_OPEN_TOKEN_ID, "<think>", False),

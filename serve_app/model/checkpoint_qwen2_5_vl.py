@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from serve_app import model_facts as facts
+from serve_app.model.random_weights import write_random_weights
 from serve_app.model.tokenizer import write_tokenizer_files
 
 VISION_FULL = {
@@ -133,7 +134,7 @@ def write_checkpoint(out: Path, variant: str) -> None:
     """
     _write_common(out, variant)
     if variant == "tiny-random":
-        _write_tiny_weights(out)
+        write_random_weights(out, "Qwen2_5_VLForConditionalGeneration", model_config("tiny-random"))
 
 
 def _write_common(out: Path, variant: str) -> None:
@@ -150,16 +151,3 @@ def _write_common(out: Path, variant: str) -> None:
             indent=2,
         )
     )
-
-
-def _write_tiny_weights(out: Path, seed: int = 0) -> None:
-    import torch
-    from transformers import AutoConfig, Qwen2_5_VLForConditionalGeneration
-
-    torch.manual_seed(seed)
-    config = AutoConfig.from_pretrained(out)
-    # transformers types PreTrainedModel.to through a decorator whose stub drops the bound self.
-    model = Qwen2_5_VLForConditionalGeneration(config).to(torch.float32)  # type: ignore[arg-type]
-    model.save_pretrained(out, safe_serialization=True)
-    # save_pretrained rewrites config.json with the running transformers version.
-    (out / "config.json").write_text(json.dumps(model_config("tiny-random"), indent=2))

@@ -25,6 +25,7 @@ from typing import Any
 
 from serve_app import model_facts_qwen3_vl as facts
 from serve_app.log_limit import get_logger
+from serve_app.model.random_weights import write_random_weights
 from serve_app.model.tokenizer import write_tokenizer_files
 
 logger = get_logger(__name__)
@@ -78,28 +79,26 @@ TINY_VISION: dict[str, Any] = {
     "deepstack_visual_indexes": [0, 1],
 }
 
+#: The patching both processors share (patch, temporal patch, merge, normalisation; the facts module).
+_PATCHING: dict[str, Any] = {
+    "patch_size": facts.PATCH_SIZE,
+    "temporal_patch_size": facts.TEMPORAL_PATCH_SIZE,
+    "merge_size": facts.SPATIAL_MERGE_SIZE,
+    "image_mean": list(facts.IMAGE_MEAN),
+    "image_std": list(facts.IMAGE_STD),
+    "processor_class": "Qwen3VLProcessor",
+}
 #: ``preprocessor_config.json`` (image processor; transformers maps qwen3_vl to the Qwen2-VL image
 #: processor, the hub file names ``Qwen2VLImageProcessorFast``).
 PREPROCESSOR: dict[str, Any] = {
     "size": {"shortest_edge": facts.IMAGE_MIN_PIXELS, "longest_edge": facts.IMAGE_MAX_PIXELS},
-    "patch_size": facts.PATCH_SIZE,
-    "temporal_patch_size": facts.TEMPORAL_PATCH_SIZE,
-    "merge_size": facts.SPATIAL_MERGE_SIZE,
-    "image_mean": list(facts.IMAGE_MEAN),
-    "image_std": list(facts.IMAGE_STD),
-    "processor_class": "Qwen3VLProcessor",
+    **_PATCHING,
     "image_processor_type": "Qwen2VLImageProcessorFast",
 }
-
 #: ``video_preprocessor_config.json`` (``size`` bounds t·h·w of the whole clip).
 VIDEO_PREPROCESSOR: dict[str, Any] = {
     "size": {"shortest_edge": facts.VIDEO_SHORTEST_EDGE, "longest_edge": facts.VIDEO_LONGEST_EDGE},
-    "patch_size": facts.PATCH_SIZE,
-    "temporal_patch_size": facts.TEMPORAL_PATCH_SIZE,
-    "merge_size": facts.SPATIAL_MERGE_SIZE,
-    "image_mean": list(facts.IMAGE_MEAN),
-    "image_std": list(facts.IMAGE_STD),
-    "processor_class": "Qwen3VLProcessor",
+    **_PATCHING,
     "video_processor_type": "Qwen3VLVideoProcessor",
 }
 
@@ -125,20 +124,6 @@ def model_config(variant: str) -> dict[str, Any]:
         cfg["text_config"].update(copy.deepcopy(TINY_TEXT))
         cfg["vision_config"].update(copy.deepcopy(TINY_VISION))
     return cfg
-
-
-def _write_tiny_weights(out: Path, seed: int = 0) -> None:
-    """Random float32 weights (transformers' initialisation, seeded) as ``model.safetensors``."""
-    import torch
-    from transformers import AutoConfig, Qwen3VLForConditionalGeneration
-
-    torch.manual_seed(seed)
-    config = AutoConfig.from_pretrained(out)
-    # transformers types PreTrainedModel.to through a decorator whose stub drops the bound self.
-    model = Qwen3VLForConditionalGeneration(config).to(torch.float32)  # type: ignore[arg-type]
-    model.save_pretrained(out, safe_serialization=True)
-    # save_pretrained rewrites config.json in the running transformers' own layout.
-    (out / "config.json").write_text(json.dumps(model_config("tiny-random"), indent=2))
 
 
 def write_checkpoint(out: Path, variant: str) -> None:
@@ -170,5 +155,5 @@ def write_checkpoint(out: Path, variant: str) -> None:
     (out / "video_preprocessor_config.json").write_text(json.dumps(VIDEO_PREPROCESSOR, indent=2))
     (out / "generation_config.json").write_text(json.dumps(GENERATION_CONFIG, indent=2))
     if variant == "tiny-random":
-        _write_tiny_weights(out)
+        write_random_weights(out, "Qwen3VLForConditionalGeneration", model_config("tiny-random"))
     logger.info("wrote Qwen3-VL %s checkpoint to %s", variant, out)

@@ -103,13 +103,11 @@ class TransformersEngine(Engine):
             self.processor.tokenizer, "chat_template", None
         )
         self.chat_template = template if isinstance(template, str) else None
-        check_family(AutoConfig.from_pretrained(path).architectures, self.config.family, f"checkpoint {path}")
-        model_class = getattr(transformers, self.family.hf_model_class)
-        self.model = (
-            model_class.from_pretrained(path, dtype=torch.float32)
-            .to(self.config.device)
-            .eval()
+        check_family(
+            AutoConfig.from_pretrained(path).architectures, self.config.family, "the checkpoint at model.model_id"
         )
+        model_class = getattr(transformers, self.family.hf_model_class)
+        self.model = model_class.from_pretrained(path, dtype=torch.float32).to(self.config.device).eval()
         self._collapse_placeholder = self._wraps_frame_groups_twice()
         logger.info("transformers engine loaded %s (random weights: %s)", path, self.random_weights)
 

@@ -114,7 +114,9 @@ class VLLMEngine(Engine):
             self._tasks = await self.llm.get_supported_tasks()
         hf_config = getattr(getattr(self.llm, "model_config", None), "hf_config", None)
         try:
-            check_family(getattr(hf_config, "architectures", None), self.config.family, f"checkpoint {model}")
+            check_family(
+                getattr(hf_config, "architectures", None), self.config.family, "the checkpoint at model.model_id"
+            )
         except ValueError:
             await self.shutdown()  # give the GPU back before the replica fails its start
             raise

@@ -172,3 +172,13 @@ def test_the_cpu_engine_prompt_has_one_vision_block_per_frame_pair_as_vllm_makes
     starts, ends = (tok.convert_tokens_to_ids(t) for t in ("<|vision_start|>", "<|vision_end|>"))
     assert ids.count(starts) == ids.count(ends) == pairs
     assert ids.count(tok.convert_tokens_to_ids("<|video_pad|>")) == video_tokens(6, side, side, side // 2)
+
+
+def test_the_family_mismatch_error_names_the_setting_not_the_server_path(tiny_qwen3_checkpoint):
+    from serve_app.model.engines.transformers_engine import TransformersEngine
+
+    config = ModelConfig.model_construct(**{**ModelConfig(backend="transformers").__dict__,
+                                            "model_id": str(tiny_qwen3_checkpoint)})
+    with pytest.raises(ValueError) as e:
+        asyncio.run(TransformersEngine(config).start())
+    assert "model.model_id" in str(e.value) and str(tiny_qwen3_checkpoint) not in str(e.value)
