@@ -1,7 +1,7 @@
 #!/bin/bash
 # Runs ON THE GPU MACHINE (device tool), from the project root, once the
 # bundle is staged (bash .gpu-bundle/pK/stage.sh N; see docs/gpu.md and CONTRIBUTING.md).
-#   bash benchmarks/gpu_machine.sh tests              # tests/gpu -> $OUT/gpu-junit.xml, gpu-tests.log
+#   bash benchmarks/gpu_machine.sh tests [PATHS] [ARGS] # tests/gpu (or PATHS) -> $OUT/gpu-junit.xml, gpu-tests.log
 #   bash benchmarks/gpu_machine.sh bench [ARGS]       # python -m benchmarks.gpu -> $OUT/gpu_bench.json
 #   bash benchmarks/gpu_machine.sh engine NAME [ARGS] # python -m benchmarks.engine_profile -> $OUT/engine_profile.NAME.json
 #   bash benchmarks/gpu_machine.sh freeze             # the exact package set there -> $OUT/gpu-freeze.txt
@@ -18,7 +18,9 @@ cmd=${1:?usage: gpu_machine.sh tests|bench|serve ...}; shift
 case "$cmd" in
   tests)
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu-info.txt"
-    python3 -m pytest tests/gpu -v -p no:cacheprovider --junitxml="$OUT/gpu-junit.xml" "$@" 2>&1 \
+    # A test path among the arguments replaces tests/gpu (2026-12-02: `tests tests/gpu/x.py` ran all of tests/gpu)
+    where=tests/gpu; for a in "$@"; do case "$a" in tests/*) where=;; esac; done
+    python3 -m pytest $where -v -p no:cacheprovider --junitxml="$OUT/gpu-junit.xml" "$@" 2>&1 \
       | tee "$OUT/gpu-tests.log" | grep -E "PASS|FAIL|ERROR|SKIP|passed|failed|error" ;;
   freeze)
     # Every distribution importable there (the image's and the bundle's in /root/site), as name==version.
@@ -49,8 +51,20 @@ PY
     # N distinct 10-s windows of the reference clip into /tmp/xwin (under the lifecycle run's allowed roots).
     # Wheels shipped in .whl/ (carry it) are installed over the bundle first: a dependency added to
     # pyproject.toml after the bundle was built (tenacity, 2026-12-02) otherwise fails the app's import.
+    # Not `pip install --target /root/site --upgrade`: that replaces /root/site/bin with the wheels' own scripts
+    # (dashscope's), and the `serve` CLI was gone on 2026-12-02. Each package replaces its namesake; scripts are added.
     if ls .whl/*.whl >/dev/null 2>&1; then
-      python3 -m pip install -q --no-deps --upgrade --target /root/site .whl/*.whl 2>&1 | grep -v WARNING; fi
+      rm -rf /tmp/whl-site
+      python3 -m pip install -q --no-deps --target /tmp/whl-site .whl/*.whl > /tmp/whl-pip.log 2>&1 \
+        || { cat /tmp/whl-pip.log; echo "prep: the wheels in .whl/ did not install"; exit 6; }
+      for p in /tmp/whl-site/*; do
+        n=$(basename "$p"); [ "$n" = bin ] && continue
+        case "$n" in *.dist-info) rm -rf /root/site/"${n%%-*}"-*.dist-info;; *) rm -rf /root/site/"$n";; esac
+        cp -r "$p" /root/site/
+      done
+      [ -d /tmp/whl-site/bin ] && cp -n /tmp/whl-site/bin/* /root/site/bin/
+    fi
+    command -v serve >/dev/null || { echo "prep: the serve CLI is missing from /root/site/bin"; exit 7; }
     python3 - <<'PY' || exit 6
 import importlib.metadata as md, re, sys, tomllib
 deps = tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]
@@ -87,13 +101,20 @@ PY
     # serve.status() over the Ray client API instead, under a hard timeout.
     config=${1:?config}; shift
     python3 -m serve_app.config override "$config" "$@" -o /tmp/derived.yaml || exit 4
+    command -v serve >/dev/null || { echo "serve: no serve CLI on PATH (run prep)"; exit 4; }
     setsid nohup serve run /tmp/derived.yaml > /tmp/serve.log 2>&1 < /dev/null &
-    t0=$(date +%s)
-    timeout 300 python3 - <<'PY' || { tail -c 3000 /tmp/serve.log; exit 5; }
-import logging, time, yaml, ray
+    spid=$!; t0=$(date +%s)
+    SPID=$spid timeout 300 python3 - <<'PY' || { tail -c 3000 /tmp/serve.log; exit 5; }
+import logging, os, time, yaml, ray
 from ray import serve
 name = yaml.safe_load(open("/tmp/derived.yaml"))["applications"][0]["name"]
+def alive():  # `serve run` gone (no CLI, a bad config): stop waiting at once
+    try:
+        os.kill(int(os.environ["SPID"]), 0)
+    except ProcessLookupError:
+        raise SystemExit("serve run exited; its log follows")
 while True:  # the cluster appears once `serve run` has started it
+    alive()
     try:
         ray.init(address="auto", log_to_driver=False, logging_level=logging.ERROR)
         break
@@ -105,6 +126,7 @@ while True:
         break
     if st is not None and st.status == "DEPLOY_FAILED":
         raise SystemExit(st.message)
+    alive()
     time.sleep(1)
 PY
     echo "serve: app ready after $(( $(date +%s) - t0 )) s";;

@@ -64,7 +64,7 @@ graph)
   t0=$(date +%s)
   bash benchmarks/gpu_machine.sh serve configs/h200-reason2.yaml model.model_id=$CK model.engine_args.load_format=dummy \
     model.allow_ignore_eos=true model.served_model_name=cosmos-reason2-8b-dummy 'model.system_prompt=""' \
-    "sources.allowed_roots=[\"$W\"]"   # no system message, as plain gets none from vllm bench serve: equal prompts
+    "sources.allowed_roots=[\"$W\"]" || exit 5  # no system message, as plain gets none from vllm bench serve: equal prompts
   echo "graph RUNNING after $(( $(date +%s) - t0 )) s"
   bench graph http://127.0.0.1:8000 "warm timed single"
   cp /tmp/serve.log "$OUT/reason2_graph_serve.log" && gzip -f "$OUT/reason2_graph_serve.log"

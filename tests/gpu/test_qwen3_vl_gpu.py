@@ -71,7 +71,9 @@ def test_vllm_takes_the_clip_as_the_hf_processor_makes_it(input_processor, dummy
     feature = out.mm_features[0]
     assert feature.data["video_grid_thw"].data.tolist() == hf["video_grid_thw"][0].tolist() == [20, 20, 38]
     pv = feature.data["pixel_values_videos"].data
-    assert torch.equal(pv.float().cpu(), hf["pixel_values_videos"].float())
+    # vLLM casts the processor's float32 pixels to the model's dtype (bf16): compare in that dtype
+    assert pv.dtype == torch.bfloat16
+    assert torch.equal(pv.cpu(), hf["pixel_values_videos"].to(pv.dtype))
     ids = list(out.prompt_token_ids)
     assert ids.count(VIDEO_TOKEN_ID) == 20 * 10 * 19 == hf["input_ids"][0].tolist().count(VIDEO_TOKEN_ID)
     hf_ids = hf["input_ids"][0].tolist()
