@@ -9,7 +9,8 @@
 # (--media-io-kwargs) and the processor's size bounds are the recipe's (inference_sample.py: 256..8192 vision
 # tokens of 32² px over t·h·w), so both sides give the model 40 frames of 320×608 per window
 # (tests/unit/decode/test_decoder_basic.py checks the graph's size against transformers' rule).
-# Usage: bash benchmarks/reason2_vs_plain.sh plain|graph   (results in $OUT: reason2_{side}_{phase}.json/.log)
+# Usage: bash benchmarks/reason2_vs_plain.sh plain|graph [PHASES]   (results in $OUT: reason2_{side}_{phase}.json/.log)
+#   PHASES: a quoted subset of "warm timed single" in that order (default all three), e.g. graph "warm single"
 set -uo pipefail
 export PYTHONPATH=/root/site:$PWD PATH=/root/site/bin:$PATH VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -49,6 +50,7 @@ bench() {  # side url "phases" extra-args...
     echo "== $side $phase rc=$?"; grep -E "Successful|Failed|Request throughput|Median TTFT|P95 TTFT|Total input|Mean E2EL" "$OUT/reason2_${side}_${phase}.log"
   done
 }
+PHASES=${2:-warm timed single}
 case "${1:?plain|graph}" in
 plain)
   python3 -m vllm.entrypoints.cli.main serve "$CK" --served-model-name cosmos-reason2-8b-dummy --port 8000 \
@@ -58,7 +60,7 @@ plain)
     --compilation-config '{"compile_mm_encoder":true,"cudagraph_mm_encoder":true}' > "$OUT/reason2_plain_server.log" 2>&1 &
   pid=$!
   echo "plain ready after $(ready http://127.0.0.1:8000) s"
-  bench plain http://127.0.0.1:8000 "warm timed single" --extra-body '{"mm_processor_kwargs":{"device":"cuda"}}'
+  bench plain http://127.0.0.1:8000 "$PHASES" --extra-body '{"mm_processor_kwargs":{"device":"cuda"}}'
   kill $pid; wait $pid; gzip -f "$OUT/reason2_plain_server.log" ;;
 graph)
   t0=$(date +%s)
@@ -66,7 +68,7 @@ graph)
     model.allow_ignore_eos=true model.served_model_name=cosmos-reason2-8b-dummy 'model.system_prompt=""' \
     "sources.allowed_roots=[\"$W\"]" || exit 5  # no system message, as plain gets none from vllm bench serve: equal prompts
   echo "graph RUNNING after $(( $(date +%s) - t0 )) s"
-  bench graph http://127.0.0.1:8000 "warm timed single"
+  bench graph http://127.0.0.1:8000 "$PHASES"
   cp /tmp/serve.log "$OUT/reason2_graph_serve.log" && gzip -f "$OUT/reason2_graph_serve.log"
   RAY_AUTH_MODE=token serve shutdown -y >/dev/null 2>&1; ray stop --force >/dev/null 2>&1 ;;
 esac
