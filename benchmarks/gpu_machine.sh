@@ -104,7 +104,9 @@ PY
     command -v serve >/dev/null || { echo "serve: no serve CLI on PATH (run prep)"; exit 4; }
     setsid nohup serve run /tmp/derived.yaml > /tmp/serve.log 2>&1 < /dev/null &
     spid=$!; t0=$(date +%s)
-    SPID=$spid timeout 300 python3 - <<'PY' || { tail -c 3000 /tmp/serve.log; exit 5; }
+    # On failure, stop what was started: a setsid'd `serve run` outlives this call and keeps the GPU.
+    stop_started() { tail -c 3000 /tmp/serve.log; kill -INT -- -$spid 2>/dev/null; sleep 5; ray stop --force >/dev/null 2>&1; }
+    SPID=$spid timeout 300 python3 - <<'PY' || { stop_started; exit 5; }
 import logging, os, time, yaml, ray
 from ray import serve
 name = yaml.safe_load(open("/tmp/derived.yaml"))["applications"][0]["name"]
