@@ -90,6 +90,13 @@ class CameraReader:
     def join(self, timeout_s: float) -> None:
         self._thread.join(timeout_s)
 
+    @property
+    def thread(self) -> threading.Thread:
+        """The reader's thread. Join this rather than :meth:`join` from another thread when the reader must
+        be freed at once: an executor's worker still refers to the callable it ran for a moment after the
+        caller resumes, and a finished :class:`threading.Thread` no longer refers to its target (the reader)."""
+        return self._thread
+
     def run(self) -> None:
         """Reads, reconnecting with backoff, until stopped or a permanent error; the open window's frames
         go when it ends (the container and source are closed by :meth:`_read_once`)."""

@@ -222,14 +222,19 @@ class StreamRegistry(WindowAnswering):
         """
         reader, task = st.reader, st.task
         st.reader, st.task = None, None
+        thread = None
         if reader is not None:
             reader.stop()
+            thread = reader.thread
+            # Not to_thread(reader.join): the executor's worker holds what it ran until just after this coroutine
+            # resumes, so the reader (and through its callbacks, st) outlived the delete (CI, 2026-12-02).
+            reader = None
         if task is not None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):  # stopping: how it ended no longer matters
                 await task
-        if reader is not None:
-            await asyncio.to_thread(reader.join, 10.0)
+        if thread is not None:
+            await asyncio.to_thread(thread.join, 10.0)
         while st.queue.get_nowait() is not None:  # pending windows' frames go now, not with the last reference
             pass
 
