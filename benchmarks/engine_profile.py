@@ -163,7 +163,7 @@ async def _burst(llm: Any, prompts: list[dict], sampling: Any, tag: str, stagger
 def _prompts(clips: list[Any], mode: str, extra_processor_kwargs: dict[str, Any]) -> list[dict]:
     """Engine prompts for the clips, each with a fresh multimodal id (no cache can serve it)."""
     from serve_app.decode.vision_patches import video_input
-    from serve_app.model.engines.vllm_inputs import processor_kwargs
+    from serve_app.model.family import family_for
     from serve_app.model.prompt import render_prompt
 
     text = render_prompt(QUESTION, SYSTEM_PROMPT)
@@ -175,7 +175,7 @@ def _prompts(clips: list[Any], mode: str, extra_processor_kwargs: dict[str, Any]
                         "multi_modal_uuids": {"video": [uid]}})
         else:
             out.append({"prompt": text, "multi_modal_data": {"video": c}, "multi_modal_uuids": {"video": [uid]},
-                        "mm_processor_kwargs": processor_kwargs(c.shape[0], 4.0, extra_processor_kwargs)})
+                        "mm_processor_kwargs": family_for("qwen2_5_vl").vllm_video(c, 4.0, extra_processor_kwargs)[1]})
     return out
 
 

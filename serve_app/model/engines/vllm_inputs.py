@@ -28,21 +28,6 @@ if TYPE_CHECKING:
     from vllm import SamplingParams  # vLLM is installed only on the GPU machine: Any here
 
 
-def processor_kwargs(n_frames: int, fps: float, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Per-request HF processor kwargs of a Qwen2.5-VL clip of ``n_frames`` sampled at ``fps`` (frames/s)
-    (the benches' plain-vLLM side; the replica asks its family, :meth:`ModelFamily.vllm_video`).
-
-    ``extra`` (e.g. ``{"device": "cuda"}`` to run the processor on the GPU) is merged in.
-    """
-    kwargs: dict[str, Any] = {
-        "video_metadata": [{"total_num_frames": int(n_frames), "fps": float(fps)}],
-        "do_sample_frames": False,  # frames are already sampled by timestamp in the decode tier
-        "cap_pixels_per_frame": False,  # and already sized to the Cosmos pixel budget
-    }
-    kwargs.update(extra or {})
-    return kwargs
-
-
 def sampling_params(s: SamplingOptions) -> SamplingParams:
     """vLLM ``SamplingParams`` (delta outputs) for the project's sampling options."""
     from vllm import SamplingParams

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from serve_app.decode.vision_patches import PATCH_VALUES, as_patches, bf16_table, patchify, video_input
-from serve_app.model.engines.vllm_inputs import processor_kwargs
+from serve_app.model.family import family_for
 from serve_app.protocol import DecodedClip
 
 VIDEO = "<|vision_start|><|video_pad|><|vision_end|>"
@@ -26,7 +26,8 @@ def processor(tiny_checkpoint):
 
 
 def _reference(processor, frames, fps):
-    out = processor(text=[VIDEO], videos=[frames], return_tensors="pt", **processor_kwargs(frames.shape[0], fps))
+    kwargs = family_for("qwen2_5_vl").vllm_video(frames, fps)[1]
+    out = processor(text=[VIDEO], videos=[frames], return_tensors="pt", **kwargs)
     return out["pixel_values_videos"].to(torch.bfloat16), out["video_grid_thw"][0].tolist(), out["second_per_grid_ts"]
 
 

@@ -9,8 +9,9 @@ import torch
 
 from serve_app.config import app_config_from_file
 from serve_app.model.engines.base import GenerationRequest, SamplingOptions
-from serve_app.model.engines.vllm_inputs import engine_prompt, processor_kwargs
+from serve_app.model.engines.vllm_inputs import engine_prompt
 from serve_app.model.engines.vllm_startup import unknown_engine_args
+from serve_app.model.family import family_for
 from serve_app.model.prompt import render_prompt
 from serve_app.model_facts import DEFAULT_SYSTEM_PROMPT
 
@@ -61,14 +62,15 @@ def test_processor_kwargs_give_the_true_temporal_positions(tiny_checkpoint):
     proc = AutoProcessor.from_pretrained(tiny_checkpoint)
     frames = np.random.default_rng(0).integers(0, 255, (40, 420, 756, 3), dtype=np.uint8)
     text = render_prompt("Is anyone in this scene in danger? Answer with reasoning.", DEFAULT_SYSTEM_PROMPT)
-    ours = proc(text=[text], videos=[frames], return_tensors="pt", **processor_kwargs(40, 4.0))
+    kwargs = family_for("qwen2_5_vl").vllm_video(frames, 4.0)[1]
+    ours = proc(text=[text], videos=[frames], return_tensors="pt", **kwargs)
     assert float(ours["second_per_grid_ts"][0]) == pytest.approx(0.5)
     assert ours["input_ids"].shape[1] == 8133
     assert ours["video_grid_thw"].tolist() == [[20, 30, 54]]
     bare = proc(text=[text], videos=[frames], return_tensors="pt", fps=4)
     assert float(bare["second_per_grid_ts"][0]) != pytest.approx(0.5)
     # frames at the processor's exact size pass through unresized
-    no_resize = proc(text=[text], videos=[frames], return_tensors="pt", do_resize=False, **processor_kwargs(40, 4.0))
+    no_resize = proc(text=[text], videos=[frames], return_tensors="pt", do_resize=False, **kwargs)
     assert np.array_equal(no_resize["pixel_values_videos"].numpy(), ours["pixel_values_videos"].numpy())
 
 
