@@ -103,7 +103,8 @@ def summarize(answers: list[dict[str, Any]], statuses: dict[str, dict[str, Any]]
 
     Returns:
         ``{"total": {...}, "cameras": {id: {...}}}`` with answers, answers_per_s, freshness_s_p50/p95,
-        latency_ms_p95 and dropped windows (by reason and total).
+        latency_ms_p95, windows cut and skipped (``skip_unchanged``: not sent to the model) and dropped
+        windows (by reason and total).
     """
     std = [a for a in answers if a.get("question_index", 0) == 0]
     cams = {}
@@ -118,6 +119,8 @@ def summarize(answers: list[dict[str, Any]], statuses: dict[str, dict[str, Any]]
             "freshness_s_p50": _pct(fresh, 50),
             "freshness_s_p95": _pct(fresh, 95),
             "latency_ms_p95": _pct([a["timings"]["latency_ms"] for a in mine], 95),
+            "windows_cut": st.get("windows_cut", 0),
+            "windows_skipped": st.get("windows_skipped", 0),
             "dropped": dropped,
             "dropped_total": sum(dropped.values()),
             "state": st.get("state"),
@@ -128,6 +131,8 @@ def summarize(answers: list[dict[str, Any]], statuses: dict[str, dict[str, Any]]
         "answers_per_s": round(sum(c["answers"] for c in cams.values()) / duration_s, 4) if duration_s > 0 else None,
         "freshness_s_p50": _pct(fresh, 50),
         "freshness_s_p95": _pct(fresh, 95),
+        "windows_cut": sum(c["windows_cut"] for c in cams.values()),
+        "windows_skipped": sum(c["windows_skipped"] for c in cams.values()),
         "dropped_total": sum(c["dropped_total"] for c in cams.values()),
         "every_camera_answered": bool(cams) and all(c["answers"] > 0 for c in cams.values()),
     }
@@ -209,8 +214,13 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--skip-unchanged", type=float, metavar="THRESHOLD",
                     help="register the cameras with skip_unchanged at this threshold (quiet scenes)")
     ap.add_argument("--max-skip-s", type=float, default=60.0, help="with --skip-unchanged: forced answer period")
-    ap.add_argument("--duration-s", type=float, default=60.0)
-    ap.add_argument("--warmup-s", type=float, default=0.0, help="answers received earlier are not measured")
+    ap.add_argument("--stagger", choices=["uniform", "none"], default="uniform",
+                    help="uniform: cameras registered one period / N apart (the period: the window, or with "
+                    "--skip-unchanged the longer --max-skip-s), so their requests spread over it as independent "
+                    "cameras' do; none: all at once (their windows, and forced answers, come together)")
+    ap.add_argument("--duration-s", type=float, default=60.0, help="measured time after the last registration (s)")
+    ap.add_argument("--warmup-s", type=float, default=0.0,
+                    help="answers received earlier (after the last registration) are not measured")
     ap.add_argument("--slo-s", type=float, default=3.0, help="keeps up: p95 freshness at most this (s)")
     ap.add_argument("--max-drop-rate", type=float, default=0.01, help="keeps up: dropped / cut windows at most this")
     ap.add_argument("--max-growth", type=float, default=0.05, help="keeps up: freshness growth at most this (s/s)")
@@ -219,6 +229,21 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--sweep-pause-s", type=float, default=10.0, help="idle time between sweep levels")
     ap.add_argument("--api-key", default=None, help="sent as Authorization: Bearer (default: none)")
     ap.add_argument("--out", help="output folder (default: runs/loadtest/streams-<time>)")
+
+
+def stagger_period_s(a: argparse.Namespace) -> float:
+    """The period over which ``--stagger uniform`` spreads the cameras' registrations, seconds: the window;
+    with ``--skip-unchanged`` the longer of it and ``--max-skip-s`` (a quiet camera's forced answers come
+    that far apart; cameras started within one window would all force theirs in the same few seconds)."""
+    if a.skip_unchanged is not None:
+        return max(float(a.window_s), float(a.max_skip_s))
+    return float(a.window_s)
+
+
+def settings(a: argparse.Namespace) -> dict[str, Any]:
+    """The options as a result file records them: without the API key, and without the ``--streams`` flag
+    itself (parsed after the mode was chosen, it read False; ``mode`` says it)."""
+    return {k: v for k, v in vars(a).items() if k not in ("api_key", "streams")}
 
 
 def stream_body(a: argparse.Namespace, i: int, url: str) -> dict[str, Any]:
@@ -255,6 +280,8 @@ def run_level(a: argparse.Namespace, n: int, out: Path, argv: list[str]) -> dict
         events = EventReader(a.target, headers)
         try:
             for i, url in enumerate(urls):
+                if i and a.stagger == "uniform":
+                    time.sleep(stagger_period_s(a) / n)
                 r = client.post("/v1/streams", json=stream_body(a, i, url))
                 if r.status_code != 201:
                     raise RuntimeError(f"registering camera {i} failed: {r.status_code} {r.text[:300]}")
@@ -274,7 +301,7 @@ def run_level(a: argparse.Namespace, n: int, out: Path, argv: list[str]) -> dict
     cut = sum(st.get("windows_cut", 0) for st in statuses.values())
     summary = verdict(report, answers, a.slo_s, a.max_drop_rate, a.max_growth, cut)
     doc = {"mode": "streams", "command": "python -m loadtest --streams " + " ".join(argv), "cameras_count": n,
-           "settings": {k: v for k, v in vars(a).items() if k != "api_key"}, "duration_s": round(duration, 1),
+           "settings": settings(a), "duration_s": round(duration, 1),
            "event_reconnects": events.reconnects, "summary": summary, **report}
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(doc, indent=1) + "\n")
@@ -329,7 +356,7 @@ def run(argv: list[str]) -> int:
         logger.error("%s", e)
         return 2
     doc = {"kind": "sweep", "mode": "streams", "command": "python -m loadtest --streams " + " ".join(argv),
-           "settings": {k: v for k, v in vars(a).items() if k != "api_key"},
+           "settings": settings(a),
            "levels": sorted(levels, key=lambda lv: lv["cameras"]), "best_cameras": sweep_decision(outcomes)}
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(doc, indent=1) + "\n")

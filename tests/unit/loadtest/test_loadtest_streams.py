@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from loadtest.streams import summarize, verdict
@@ -13,7 +15,8 @@ def answer(sid, fresh, latency_ms=100.0, q=0):
 
 def test_summary_per_camera_and_total():
     answers = [answer("a", f) for f in (1.0, 2.0, 3.0, 4.0)] + [answer("b", 10.0), answer("a", 99.0, q=1)]
-    statuses = {"a": {"name": "cam-a", "windows_dropped": {"model_behind": 2}, "state": "running"},
+    statuses = {"a": {"name": "cam-a", "windows_dropped": {"model_behind": 2}, "state": "running",
+                      "windows_cut": 9, "windows_skipped": 3},
                 "b": {"name": "cam-b", "windows_dropped": {}, "state": "reconnecting"},
                 "c": {"name": "cam-c", "windows_dropped": {"model_busy": 1}, "state": "failed"}}
     r = summarize(answers, statuses, duration_s=10.0)
@@ -21,8 +24,10 @@ def test_summary_per_camera_and_total():
     assert a["answers"] == 4 and a["answers_per_s"] == 0.4  # the second question does not count
     assert a["freshness_s_p50"] == 2.5 and a["freshness_s_p95"] == pytest.approx(3.85)
     assert a["dropped_total"] == 2 and b["answers"] == 1 and c["answers"] == 0
+    assert (a["windows_cut"], a["windows_skipped"], b["windows_skipped"]) == (9, 3, 0)  # quiet-scene skips kept
     t = r["total"]
     assert t["answers"] == 5 and t["answers_per_s"] == 0.5 and t["dropped_total"] == 3
+    assert (t["windows_cut"], t["windows_skipped"]) == (9, 3)
     assert t["every_camera_answered"] is False  # camera c never answered
     assert summarize([], {}, 5.0)["total"]["every_camera_answered"] is False
 
@@ -60,3 +65,74 @@ def test_a_stream_body_carries_every_question_ignore_eos_and_quiet_scenes():
     assert body["skip_unchanged"] == {"threshold": 0.02, "max_skip_s": 60.0} and body["name"] == "load-3"
     plain = stream_body(ap.parse_args([]), 0, "x.mp4")
     assert plain["questions"] == ["What is happening?"] and "ignore_eos" not in plain and "skip_unchanged" not in plain
+
+
+class _Reply:
+    def __init__(self, status_code, body):
+        self.status_code, self._body, self.text = status_code, body, ""
+
+    def json(self):
+        return self._body
+
+
+class _FakeService:
+    """httpx.Client stand-in: records when each camera is registered (by the patched clock)."""
+
+    def __init__(self, clock):
+        self.clock, self.registered = clock, []
+
+    def __call__(self, **kwargs):
+        return self
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def post(self, path, json):
+        self.registered.append((self.clock[0], json["name"]))
+        return _Reply(201, {"id": f"s{len(self.registered)}"})
+
+    def get(self, path):
+        return _Reply(200, {"name": path, "windows_dropped": {}, "state": "running", "windows_cut": 0})
+
+    def delete(self, path):
+        return _Reply(200, {})
+
+
+@pytest.mark.parametrize(("stagger", "extra", "gaps"), [
+    ("uniform", [], [2.5, 2.5, 2.5]),  # 10-s window / 4 cameras
+    ("uniform", ["--skip-unchanged", "0.01", "--max-skip-s", "60"], [15.0, 15.0, 15.0]),  # forced answers 60 s apart
+    ("none", [], [0.0, 0.0, 0.0]),
+])
+def test_cameras_are_registered_a_period_over_n_apart_unless_told_not_to(monkeypatch, tmp_path, stagger, extra, gaps):
+    import argparse
+
+    from loadtest import streams
+
+    clock = [0.0]
+    service = _FakeService(clock)
+    monkeypatch.setattr(streams.httpx, "Client", service)
+    monkeypatch.setattr(streams.time, "sleep", lambda s: clock.__setitem__(0, clock[0] + s))
+    monkeypatch.setattr(streams.time, "time", lambda: clock[0])
+
+    class NoEvents:
+        answers, reconnects = [], 0
+
+        def __init__(self, *a):
+            pass
+
+        def stop(self):
+            pass
+
+    monkeypatch.setattr(streams, "EventReader", NoEvents)
+    monkeypatch.setattr(streams, "_plot", lambda *a, **k: None)
+    ap = argparse.ArgumentParser()
+    streams.add_arguments(ap)
+    a = ap.parse_args(["--window-s", "10", "--stagger", stagger, "--duration-s", "5", "--api-key", "secret", *extra])
+    doc = streams.run_level(a, 4, tmp_path, ["--window-s", "10"])
+    times = [t for t, _ in service.registered]
+    assert [round(b - t, 3) for t, b in itertools.pairwise(times)] == gaps
+    assert "streams" not in doc["settings"] and "api_key" not in doc["settings"]
+    assert doc["settings"]["stagger"] == stagger and doc["duration_s"] == 5.0  # measured after the last one
