@@ -9,6 +9,7 @@ threshold: windows, windows skipped, labelled-motion windows skipped (target 0),
 measure's CPU time per window against the frames' decode+scale time.
 
     python -m benchmarks.quiet_scenes --out results/cpu/quiet_scenes/quiet_scenes.json
+    python -m benchmarks.quiet_scenes --write-clip quiet.mp4   # the generated quiet scene as an H.264 camera clip
 
 Labels: ``results/cpu/quiet_scenes/labels.json`` (made by hand before thresholds were tried).
 Generated scenes (labels by construction): noise + a 40 % light ramp (no motion), and the same
@@ -84,13 +85,45 @@ def report(name: str, lumas: list[list[np.ndarray]], motion: set[int], threshold
     return out
 
 
+def write_clip(path: Path, seconds: float = 120.0, fps: float = 10.0, size: tuple[int, int] = (768, 432),
+               noise_sigma: float = 10.0, light_ramp: float = 0.4) -> Path:
+    """Writes the generated quiet scene (:func:`synthetic_scene`: static texture, sensor noise, a light ramp,
+    nobody) as an H.264 MP4 a stream can loop as a camera, at the real fixed-camera clip's size and rate
+    (``intel_one-by-one-person-detection.mp4``: 768×432, 10 fps) so a window costs the model the same tokens.
+
+    Args:
+        path: output file (``.mp4``).
+        seconds, fps: length (s) and frame rate (frames/s).
+        size: ``(width, height)`` pixels (even).
+        noise_sigma, light_ramp: as :func:`synthetic_scene`.
+
+    Returns:
+        ``path``.
+    """
+    frames = synthetic_scene(seconds, fps, size=size, noise_sigma=noise_sigma, light_ramp=light_ramp)
+    with av.open(str(path), "w") as out:
+        stream = out.add_stream("libx264", rate=int(fps))
+        stream.width, stream.height, stream.pix_fmt = size[0], size[1], "yuv420p"
+        stream.options = {"crf": "30", "preset": "veryfast"}
+        for _, grey in frames:
+            for packet in stream.encode(av.VideoFrame.from_ndarray(grey, format="gray").reformat(format="yuv420p")):
+                out.mux(packet)
+        for packet in stream.encode():
+            out.mux(packet)
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", default="results/cpu/quiet_scenes/quiet_scenes.json")
     p.add_argument("--videos", type=Path, default=VIDEOS)
     p.add_argument("--max-skip-s", type=float, default=60.0, help="fixed before measuring")
     p.add_argument("--thresholds", type=float, nargs="+", default=[0.005, THRESHOLD, 0.02, 0.03])
+    p.add_argument("--write-clip", type=Path, help="only write the generated quiet scene (120 s) to this MP4")
     args = p.parse_args(argv)
+    if args.write_clip:
+        print(f"wrote {write_clip(args.write_clip)}")
+        return 0
     labels = json.loads(LABELS.read_text())
     config = AppConfig()
     clips = []
