@@ -17,7 +17,9 @@ one JSON result with its command. Steps (``--steps``, in order, comma-separated)
   Run after one ``burst`` so both sides are warm; with ``COSMOS_SERVE_ENGINE_TIMINGS`` set the engine
   timings show each question's prefix-cache hits (``cached_tokens``).
 * ``kill``: SIGKILL of the model replica's worker while ``--kill-load`` clients keep asking; the time
-  to the next answered query, every request's outcome meanwhile, and engine-core processes left.
+  to the next answered query, every request's outcome meanwhile, when the killed replica's own engine
+  core was gone, and when its replacement was ready (``replaced_s``; with replicas sharing a GPU,
+  ``configs/h200-pair.yaml``, the other replica answers meanwhile, so the step waits for it).
 * ``stop-sigint`` / ``stop-shutdown`` / ``stop-ray``: Ctrl-C of ``serve run`` (SIGINT to its process
   group, as a terminal sends it), ``serve shutdown -y`` (with ``RAY_AUTH_MODE=token``, as docs/gpu.md says),
   ``ray stop``; then the seconds until the GPU's
@@ -48,11 +50,13 @@ import httpx
 
 from benchmarks.lifecycle_log import start_phases
 from benchmarks.lifecycle_procs import (
+    descendants,
     dump_stacks,
     engine_processes,
     force_clean,
     gpu_name,
     gpu_state,
+    process_pairs,
     ray_processes,
     wait_gpu_idle,
 )
@@ -196,9 +200,11 @@ class Lifecycle:
     def kill(self) -> dict[str, Any]:
         """SIGKILL of the model replica's worker under load → next answered query (see the module doc)."""
         replicas = [p for p in engine_processes() if "VideoModel" in p["cmd"]]
-        engines_before = [p for p in engine_processes() if "EngineCor" in p["cmd"]]
         if not replicas:
             return {"error": "no VideoModel replica process"}
+        # The killed replica's own engine core (replicas sharing a GPU: the other's engine stays, as it should).
+        below = descendants(replicas[0]["pid"], process_pairs())
+        engines_before = [p for p in engine_processes() if "EngineCor" in p["cmd"] and p["pid"] in below]
         outcomes: list[dict[str, Any]] = []
         answered: dict[str, float] = {}
         t_kill = 0.0
@@ -236,12 +242,18 @@ class Lifecycle:
                 await asyncio.sleep(0.5)
 
         asyncio.run(run())
+        # Replicas sharing a GPU answer at once (the other replica); the step still waits for the replacement
+        # to be ready, so that the next step meets the full service again.
+        phases = start_phases(self.log_path.read_text(errors="replace"), t_kill, datetime.now().year)
+        while "replica_ready" not in phases["marks_s"] and time.time() - t_kill < self.args.start_timeout_s:
+            time.sleep(2)
+            phases = start_phases(self.log_path.read_text(errors="replace"), t_kill, datetime.now().year)
         codes: dict[str, int] = {}
         for o in outcomes:
             codes[str(o["status"])] = codes.get(str(o["status"]), 0) + 1
-        # where the gap went: the replacement's phases from the log, seconds after the kill
-        phases = start_phases(self.log_path.read_text(errors="replace"), t_kill, datetime.now().year)
-        return {"replica_pid": replicas[0]["pid"], "answered_again_s": answered.get("s"),
+        # where the gap went: the replacement's phases from the log (above), seconds after the kill
+        return {"replica_pid": replicas[0]["pid"], "replicas_before": len(replicas),
+                "answered_again_s": answered.get("s"), "replaced_s": phases["marks_s"].get("replica_ready"),
                 "old_engine_gone_s": answered.get("engine_gone_s"), "outcomes_by_status": codes,
                 "phases_after_kill": phases, "requests": outcomes, "engine_processes_after": engine_processes()}
 

@@ -67,6 +67,29 @@ def parse_ps(ps: str) -> list[dict[str, Any]]:
     return out
 
 
+def descendants(root: int, pairs: list[tuple[int, int]]) -> set[int]:
+    """Every process below ``root`` in ``(pid, ppid)`` pairs (pure). A forked engine core is the replica's
+    grandchild (replica → fork server → engine core); a spawned one its child."""
+    children: dict[int, list[int]] = {}
+    for pid, ppid in pairs:
+        children.setdefault(ppid, []).append(pid)
+    out: set[int] = set()
+    todo = [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in out:
+                out.add(child)
+                todo.append(child)
+    return out
+
+
+def process_pairs() -> list[tuple[int, int]]:
+    """``(pid, ppid)`` of every process (ps)."""
+    ps = subprocess.run(["ps", "-eo", "pid,ppid"], capture_output=True, text=True, check=False).stdout
+    rows = (r.split() for r in ps.splitlines()[1:])
+    return [(int(r[0]), int(r[1])) for r in rows if len(r) == 2 and r[0].isdigit() and r[1].isdigit()]
+
+
 def ray_processes() -> list[str]:
     """Command lines (first 60 characters) of live Ray processes: workers, raylet, GCS (zombies excluded)."""
     ps = subprocess.run(["ps", "-eo", "stat,args"], capture_output=True, text=True, check=False).stdout

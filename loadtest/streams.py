@@ -124,6 +124,7 @@ def summarize(answers: list[dict[str, Any]], statuses: dict[str, dict[str, Any]]
             "dropped": dropped,
             "dropped_total": sum(dropped.values()),
             "state": st.get("state"),
+            "status_unread": st.get("status_unread"),
         }
     fresh = [a["timings"]["freshness_s"] for a in std if a["stream_id"] in statuses]
     total = {
@@ -135,6 +136,7 @@ def summarize(answers: list[dict[str, Any]], statuses: dict[str, dict[str, Any]]
         "windows_skipped": sum(c["windows_skipped"] for c in cams.values()),
         "dropped_total": sum(c["dropped_total"] for c in cams.values()),
         "every_camera_answered": bool(cams) and all(c["answers"] > 0 for c in cams.values()),
+        "status_unread": sum(1 for st in statuses.values() if "status_unread" in st),
     }
     return {"total": total, "cameras": cams}
 
@@ -175,6 +177,8 @@ def verdict(report: dict[str, Any], answers: list[dict[str, Any]], slo_s: float,
     reasons = []
     if not total["every_camera_answered"]:
         reasons.append("a camera got no answer")
+    if total.get("status_unread"):
+        reasons.append(f"{total['status_unread']} cameras' status not read (the streams API did not answer in time)")
     p95 = total["freshness_s_p95"]
     if p95 is None or p95 > slo_s:
         reasons.append(f"p95 freshness {p95} s > SLO {slo_s:g} s")
@@ -227,6 +231,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--sweep", help="camera counts to try, e.g. 8,16,32 (ascending; stops at the first failure)")
     ap.add_argument("--sweep-search", action="store_true", help="then bisect between best pass and first failure")
     ap.add_argument("--sweep-pause-s", type=float, default=10.0, help="idle time between sweep levels")
+    ap.add_argument("--status-timeout-s", type=float, default=10.0,
+                    help="bound on each camera's status read and delete at the end of a level (s)")
     ap.add_argument("--api-key", default=None, help="sent as Authorization: Bearer (default: none)")
     ap.add_argument("--out", help="output folder (default: runs/loadtest/streams-<time>)")
 
@@ -255,6 +261,43 @@ def stream_body(a: argparse.Namespace, i: int, url: str) -> dict[str, Any]:
     if a.skip_unchanged is not None:
         body["skip_unchanged"] = {"threshold": a.skip_unchanged, "max_skip_s": a.max_skip_s}
     return body
+
+
+#: Status reads and deletes in flight at once at the end of a level (150 sequential reads of a busy
+#: stream worker outlasted a 10-min GPU call on 2026-12-02: results/gpu/quiet-scenes/README.md).
+END_OF_LEVEL_THREADS = 16
+
+
+def each(ids: list[str], call: Any) -> list[Any]:
+    """``call(id)`` for every id, :data:`END_OF_LEVEL_THREADS` at once; an HTTP error is returned, not raised."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def safe(sid: str) -> Any:
+        try:
+            return call(sid)
+        except httpx.HTTPError as e:
+            return e
+
+    with ThreadPoolExecutor(END_OF_LEVEL_THREADS) as pool:
+        return list(pool.map(safe, ids))
+
+
+def read_statuses(client: Any, ids: list[str], timeout_s: float) -> dict[str, dict[str, Any]]:
+    """``GET /v1/streams/{id}`` of every camera, several at once, each bounded by ``timeout_s``.
+
+    Returns:
+        The bodies by id; a camera whose status did not come back (an error, a timeout, a non-200) gets
+        ``{"status_unread": "<why>"}``, which :func:`verdict` counts as not keeping up.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for sid, r in zip(ids, each(ids, lambda sid: client.get(f"/v1/streams/{sid}", timeout=timeout_s)), strict=True):
+        if isinstance(r, Exception):
+            out[sid] = {"status_unread": f"{type(r).__name__} after at most {timeout_s:g} s"}
+        elif r.status_code != 200:
+            out[sid] = {"status_unread": f"HTTP {r.status_code}"}
+        else:
+            out[sid] = r.json()
+    return out
 
 
 def run_level(a: argparse.Namespace, n: int, out: Path, argv: list[str]) -> dict[str, Any]:
@@ -289,12 +332,10 @@ def run_level(a: argparse.Namespace, n: int, out: Path, argv: list[str]) -> dict
             t0 = time.time()
             time.sleep(a.duration_s)
             duration = time.time() - t0 - a.warmup_s
-            statuses = {sid: client.get(f"/v1/streams/{sid}").json() for sid in ids}
+            statuses = read_statuses(client, ids, a.status_timeout_s)
         finally:
             events.stop()
-            for sid in ids:
-                with contextlib.suppress(httpx.HTTPError):
-                    client.delete(f"/v1/streams/{sid}")
+            each(ids, lambda sid: client.delete(f"/v1/streams/{sid}", timeout=a.status_timeout_s))
     answers = [x for x in events.answers if x["stream_id"] in ids and x["_received"] >= t0 + a.warmup_s]
     report = summarize(answers, statuses, duration)
     report["total"]["answers_all_questions"] = len(answers)
@@ -312,7 +353,7 @@ def run_level(a: argparse.Namespace, n: int, out: Path, argv: list[str]) -> dict
         for x in answers:
             w.writerow([x["stream_id"], x["window_index"], x.get("question_index", 0), x["window"]["end_s"],
                         round(x["_received"], 3), x["timings"]["freshness_s"], x["timings"]["latency_ms"], x["answer"]])
-    _plot(answers, {sid: statuses[sid].get("name") for sid in ids}, out / "freshness.png", t0)
+    _plot(answers, {sid: statuses[sid].get("name") or sid for sid in ids}, out / "freshness.png", t0)
     return doc
 
 

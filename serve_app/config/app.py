@@ -101,3 +101,20 @@ class AppConfig(_Model):
                 f"{self.limits.max_frames}: a stream window may not hold more frames than a clip"
             )
         return self
+
+    @model_validator(mode="after")
+    def _shared_gpu_memory(self) -> AppConfig:
+        """vLLM replicas sharing a GPU (``model_replica.num_gpus`` under 1) must each ask for at most their share
+        of its memory, or the second one to start finds the GPU full (vLLM's own default is 0.9)."""
+        share = self.model_replica.num_gpus
+        if self.model.backend != "vllm" or not 0 < share < 1:
+            return self
+        util = self.model.engine_args.get("gpu_memory_utilization")
+        if not isinstance(util, int | float) or util > share:
+            now = "not set (vLLM's default is 0.9)" if util is None else f"{util!r}"
+            raise ValueError(
+                f"model_replica.num_gpus {share:g} puts several vLLM replicas on one GPU: set "
+                f"model.engine_args.gpu_memory_utilization to at most {share:g}, each replica's share of the GPU's "
+                f"memory (it is {now})"
+            )
+        return self

@@ -30,6 +30,7 @@ from serve_app.model.coalesce import coalesce_deltas
 from serve_app.model.engines.base import Engine, GenerationRequest
 from serve_app.model.engines.factory import create_engine
 from serve_app.model.generation import answer_stream, new_engine_request_id
+from serve_app.model.gpu_start_lock import gpu_start_lock
 from serve_app.model.prompt import render_prompt
 from serve_app.model.sampling_options import sampling_options
 from serve_app.protocol import ClipQuestion, DecodedClip, ErrorInfo, ModelChunk
@@ -108,9 +109,12 @@ class VideoModel:
         self.metrics = ModelMetrics()
         t0 = time.perf_counter()
         self.engine = create_engine(self.config.model)
-        await self.engine.start()
-        if self.config.model.warmup:
-            await self._warmup()
+        # Replicas that share this GPU start one at a time (vLLM's memory profile assumes nobody else's
+        # memory changes meanwhile): serve_app/model/gpu_start_lock.py.
+        async with gpu_start_lock() as self.start_lock_wait_s:
+            await self.engine.start()
+            if self.config.model.warmup:
+                await self._warmup()
         self.start_s = time.perf_counter() - t0
         logger.info(
             "model replica ready in %.1f s (backend %s, model %s, random weights %s)",

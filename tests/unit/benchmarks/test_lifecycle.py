@@ -130,3 +130,16 @@ def test_the_kill_steps_replacement_is_broken_into_phases_from_the_kill(tmp_path
     out = tmp_path / "phases.json"
     assert main([str(log), "--since", "2026-12-02 02:19:09", "--out", str(out)]) == 0
     assert json.loads(out.read_text())["marks_s"] == marks
+
+
+def test_the_killed_replicas_engine_is_found_below_it_and_not_its_neighbours():
+    """Two replicas sharing a GPU: killing one must watch its own engine core (a grandchild through the fork
+    server, or a spawned child), never the other replica's."""
+    from benchmarks.lifecycle_procs import descendants
+
+    pairs = [(100, 1), (101, 100), (102, 101),  # replica A → fork server → engine core
+             (200, 1), (201, 200),  # replica B → spawned engine core
+             (300, 1)]
+    assert descendants(100, pairs) == {101, 102}
+    assert descendants(200, pairs) == {201}
+    assert descendants(300, pairs) == set() and descendants(999, pairs) == set()

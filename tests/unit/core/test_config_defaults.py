@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from pydantic import ValidationError
 
@@ -47,3 +49,32 @@ def test_the_stream_worker_must_hold_a_long_poll_per_subscriber_with_headroom():
             "stream_worker": {"max_ongoing_requests": 64}, "streams": {"max_subscribers": 16},
         })  # fmt: skip
     assert AppConfig.model_validate({"stream_worker": {"max_ongoing_requests": 8}, "streams": {"max_streams": 0}})
+
+
+@pytest.mark.parametrize(
+    ("share", "engine_args", "ok"),
+    [
+        (0.5, {"gpu_memory_utilization": 0.44}, True),  # configs/h200-pair.yaml
+        (0.5, {"gpu_memory_utilization": 0.5}, True),
+        (0.5, {"gpu_memory_utilization": 0.9}, False),  # the second replica would find the GPU full
+        (0.5, {}, False),  # vLLM's default 0.9
+        (1.0, {}, True),  # a whole GPU: vLLM's default is fine
+    ],
+)
+def test_vllm_replicas_sharing_a_gpu_must_each_ask_for_at_most_their_share(share, engine_args, ok):
+    args = {"model": {"backend": "vllm", "engine_args": engine_args}, "model_replica": {"num_gpus": share}}
+    if ok:
+        assert AppConfig.model_validate(args).model_replica.num_gpus == share
+    else:
+        with pytest.raises(ValidationError, match=r"gpu_memory_utilization to at most 0\.5"):
+            AppConfig.model_validate(args)
+
+
+def test_the_pair_config_puts_two_replicas_on_one_gpu_with_half_its_memory_each():
+    configs = Path(__file__).resolve().parents[3] / "configs"
+    cfg = app_config_from_file(configs / "h200-pair.yaml")
+    assert (cfg.model_replica.num_replicas, cfg.model_replica.num_gpus) == (2, 0.5)
+    assert cfg.model.engine_args["gpu_memory_utilization"] * 2 <= 0.9
+    base = app_config_from_file(configs / "h200.yaml")
+    assert cfg.model.engine_args["max_num_seqs"] * 2 == base.model.engine_args["max_num_seqs"]  # same in all
+    assert cfg.model.warmup_decode_sweep == cfg.model.engine_args["max_num_seqs"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 
+import httpx
 import pytest
 
 from loadtest.streams import summarize, verdict
@@ -78,8 +79,8 @@ class _Reply:
 class _FakeService:
     """httpx.Client stand-in: records when each camera is registered (by the patched clock)."""
 
-    def __init__(self, clock):
-        self.clock, self.registered = clock, []
+    def __init__(self, clock, slow=()):
+        self.clock, self.registered, self.slow, self.deleted = clock, [], set(slow), []
 
     def __call__(self, **kwargs):
         return self
@@ -94,10 +95,13 @@ class _FakeService:
         self.registered.append((self.clock[0], json["name"]))
         return _Reply(201, {"id": f"s{len(self.registered)}"})
 
-    def get(self, path):
+    def get(self, path, timeout=None):
+        if path.rsplit("/", 1)[-1] in self.slow:
+            raise httpx.ReadTimeout("timed out")
         return _Reply(200, {"name": path, "windows_dropped": {}, "state": "running", "windows_cut": 0})
 
-    def delete(self, path):
+    def delete(self, path, timeout=None):
+        self.deleted.append(path)
         return _Reply(200, {})
 
 
@@ -136,3 +140,38 @@ def test_cameras_are_registered_a_period_over_n_apart_unless_told_not_to(monkeyp
     assert [round(b - t, 3) for t, b in itertools.pairwise(times)] == gaps
     assert "streams" not in doc["settings"] and "api_key" not in doc["settings"]
     assert doc["settings"]["stagger"] == stagger and doc["duration_s"] == 5.0  # measured after the last one
+
+
+def test_a_camera_whose_status_does_not_come_back_fails_the_level_and_every_camera_is_still_deleted(
+    monkeypatch, tmp_path
+):
+    import argparse
+
+    from loadtest import streams
+
+    clock = [0.0]
+    service = _FakeService(clock, slow={"s2"})  # the second camera's status read times out
+    monkeypatch.setattr(streams.httpx, "Client", service)
+    monkeypatch.setattr(streams.time, "sleep", lambda s: clock.__setitem__(0, clock[0] + s))
+    monkeypatch.setattr(streams.time, "time", lambda: clock[0])
+
+    class NoEvents:
+        answers, reconnects = [], 0
+
+        def __init__(self, *a):
+            pass
+
+        def stop(self):
+            pass
+
+    monkeypatch.setattr(streams, "EventReader", NoEvents)
+    monkeypatch.setattr(streams, "_plot", lambda *a, **k: None)
+    ap = argparse.ArgumentParser()
+    streams.add_arguments(ap)
+    a = ap.parse_args(["--window-s", "10", "--duration-s", "5", "--status-timeout-s", "2"])
+    doc = streams.run_level(a, 3, tmp_path, [])
+    assert doc["total"]["status_unread"] == 1
+    assert doc["cameras"]["s2"]["status_unread"] == "ReadTimeout after at most 2 s"
+    assert not doc["summary"]["keeps_up"]
+    assert any("1 cameras' status not read" in r for r in doc["summary"]["reasons"])
+    assert sorted(service.deleted) == ["/v1/streams/s1", "/v1/streams/s2", "/v1/streams/s3"]
