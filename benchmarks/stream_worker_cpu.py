@@ -26,7 +26,7 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import httpx
 import numpy as np
@@ -61,37 +61,52 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICKS_PER_S  # utime, stime (fields 14, 15 of proc(5))
 
 
-class CpuSampler:
-    """Samples the summed CPU seconds of ``pids`` every ``every_s`` seconds in a thread."""
+class _Periodic:
+    """Calls ``self._tick()`` every ``every_s`` seconds in a thread, from :meth:`start` until :meth:`stop`."""
 
-    def __init__(self, pids: list[int], every_s: float = 1.0):
-        self.pids, self.every_s = pids, every_s
-        self.samples: list[tuple[float, float]] = []  # (wall time s, cpu s)
+    def __init__(self, every_s: float):
+        self.every_s = every_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def _sample(self) -> None:
+    def _tick(self) -> None:
+        raise NotImplementedError
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._tick()
+            self._stop.wait(self.every_s)
+
+    def start(self) -> Self:
+        """Starts the thread; returns self."""
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stops the thread and waits for it."""
+        self._stop.set()
+        self._thread.join()
+
+
+class CpuSampler(_Periodic):
+    """Samples the summed CPU seconds of ``pids`` every ``every_s`` seconds."""
+
+    def __init__(self, pids: list[int], every_s: float = 1.0):
+        super().__init__(every_s)
+        self.pids = pids
+        self.samples: list[tuple[float, float]] = []  # (wall time s, cpu s)
+
+    def _tick(self) -> None:
         total = 0.0
         for pid in self.pids:
             with contextlib.suppress(OSError):  # a replica that ended counts no more
                 total += cpu_s(pid)
         self.samples.append((time.time(), total))
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self._sample()
-            self._stop.wait(self.every_s)
-
-    def start(self) -> CpuSampler:
-        """Starts sampling; returns self."""
-        self._thread.start()
-        return self
-
     def stop(self) -> None:
         """Stops sampling (one last sample)."""
-        self._stop.set()
-        self._thread.join()
-        self._sample()
+        super().stop()
+        self._tick()
 
     def cores_between(self, t0: float, t1: float) -> float | None:
         """Mean cores used between wall times ``t0`` and ``t1`` (s); None without two samples in that span."""
@@ -101,35 +116,26 @@ class CpuSampler:
         return (inside[-1][1] - inside[0][1]) / (inside[-1][0] - inside[0][0])
 
 
-class ApiProbe:
-    """Times ``GET /v1/streams`` (the stream worker lists its streams) every ``every_s`` seconds in a thread."""
+class ApiProbe(_Periodic):
+    """Times ``GET /v1/streams`` (the stream worker lists its streams) every ``every_s`` seconds."""
 
-    def __init__(self, target: str, every_s: float = 2.0):
-        self.target, self.every_s = target, every_s
+    def __init__(self, target: str, every_s: float = 2.0, transport: httpx.BaseTransport | None = None):
+        super().__init__(every_s)
+        self.client = httpx.Client(base_url=target, timeout=30, transport=transport)
         self.samples: list[tuple[float, float]] = []  # (wall time s, ms; inf for an error or a timeout)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def _run(self) -> None:
-        with httpx.Client(base_url=self.target, timeout=30) as client:
-            while not self._stop.is_set():
-                t0 = time.perf_counter()
-                try:
-                    ok = client.get("/v1/streams").status_code == 200
-                except httpx.HTTPError:
-                    ok = False
-                self.samples.append((time.time(), (time.perf_counter() - t0) * 1000 if ok else float("inf")))
-                self._stop.wait(self.every_s)
-
-    def start(self) -> ApiProbe:
-        """Starts probing; returns self."""
-        self._thread.start()
-        return self
+    def _tick(self) -> None:
+        t0 = time.perf_counter()
+        try:
+            ok = self.client.get("/v1/streams").status_code == 200
+        except httpx.HTTPError:
+            ok = False
+        self.samples.append((time.time(), (time.perf_counter() - t0) * 1000 if ok else float("inf")))
 
     def stop(self) -> None:
-        """Stops probing."""
-        self._stop.set()
-        self._thread.join()
+        """Stops probing and closes the connection."""
+        super().stop()
+        self.client.close()
 
     def ms_between(self, t0: float, t1: float) -> list[float]:
         """The probe times (ms) taken between wall times ``t0`` and ``t1``."""

@@ -6,6 +6,7 @@ import os
 import sys
 import time
 
+import httpx
 import pytest
 
 from benchmarks import stream_worker_cpu as bench
@@ -25,7 +26,7 @@ def test_a_gone_process_raises_and_the_sampler_counts_it_as_nothing():
     with pytest.raises(OSError):
         bench.cpu_s(2**22 + 12345)  # above the kernel's pid_max limit: never a process
     sampler = bench.CpuSampler([2**22 + 12345])
-    sampler._sample()
+    sampler._tick()
     assert sampler.samples[-1][1] == 0.0
 
 
@@ -35,3 +36,20 @@ def test_cores_between_is_cpu_seconds_over_wall_seconds_inside_the_span():
     assert sampler.cores_between(100.0, 103.0) == pytest.approx(0.5)  # 1.5 CPU s in 3 s
     assert sampler.cores_between(101.0, 101.5) is None  # one sample: no rate
     assert bench.find_pids("no-such-deployment-name-here") == []
+
+
+def test_the_api_probe_times_each_list_and_marks_a_failed_one_infinite():
+    answers = iter([httpx.Response(200, json={"data": []}), httpx.Response(503), httpx.Response(200, json={})])
+
+    def reply(request: httpx.Request) -> httpx.Response:
+        assert request.url.path == "/v1/streams"
+        return next(answers)
+
+    probe = bench.ApiProbe("http://service", every_s=60, transport=httpx.MockTransport(reply))
+    for _ in range(3):
+        probe._tick()
+    probe.client.close()
+    ms = [m for _, m in probe.samples]
+    assert ms[1] == float("inf") and all(0 <= m < 5_000 for m in (ms[0], ms[2]))
+    t0 = probe.samples[0][0]
+    assert len(probe.ms_between(t0, t0 + 60)) == 3 and probe.ms_between(t0 - 10, t0 - 1) == []

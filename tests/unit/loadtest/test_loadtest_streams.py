@@ -105,37 +105,41 @@ class _FakeService:
         return _Reply(200, {})
 
 
+class _NoEvents:
+    answers, reconnects = [], 0
+
+    def __init__(self, *a):
+        pass
+
+    def stop(self):
+        pass
+
+
+def run_level_against(monkeypatch, tmp_path, service, argv, cameras):
+    """``streams.run_level`` against ``service`` (an httpx.Client stand-in) on a fake clock, without events."""
+    import argparse
+
+    from loadtest import streams
+
+    monkeypatch.setattr(streams.httpx, "Client", service)
+    monkeypatch.setattr(streams.time, "sleep", lambda s: service.clock.__setitem__(0, service.clock[0] + s))
+    monkeypatch.setattr(streams.time, "time", lambda: service.clock[0])
+    monkeypatch.setattr(streams, "EventReader", _NoEvents)
+    monkeypatch.setattr(streams, "_plot", lambda *a, **k: None)
+    ap = argparse.ArgumentParser()
+    streams.add_arguments(ap)
+    return streams.run_level(ap.parse_args(argv), cameras, tmp_path, argv)
+
+
 @pytest.mark.parametrize(("stagger", "extra", "gaps"), [
     ("uniform", [], [2.5, 2.5, 2.5]),  # 10-s window / 4 cameras
     ("uniform", ["--skip-unchanged", "0.01", "--max-skip-s", "60"], [15.0, 15.0, 15.0]),  # forced answers 60 s apart
     ("none", [], [0.0, 0.0, 0.0]),
 ])
 def test_cameras_are_registered_a_period_over_n_apart_unless_told_not_to(monkeypatch, tmp_path, stagger, extra, gaps):
-    import argparse
-
-    from loadtest import streams
-
-    clock = [0.0]
-    service = _FakeService(clock)
-    monkeypatch.setattr(streams.httpx, "Client", service)
-    monkeypatch.setattr(streams.time, "sleep", lambda s: clock.__setitem__(0, clock[0] + s))
-    monkeypatch.setattr(streams.time, "time", lambda: clock[0])
-
-    class NoEvents:
-        answers, reconnects = [], 0
-
-        def __init__(self, *a):
-            pass
-
-        def stop(self):
-            pass
-
-    monkeypatch.setattr(streams, "EventReader", NoEvents)
-    monkeypatch.setattr(streams, "_plot", lambda *a, **k: None)
-    ap = argparse.ArgumentParser()
-    streams.add_arguments(ap)
-    a = ap.parse_args(["--window-s", "10", "--stagger", stagger, "--duration-s", "5", "--api-key", "secret", *extra])
-    doc = streams.run_level(a, 4, tmp_path, ["--window-s", "10"])
+    service = _FakeService([0.0])
+    argv = ["--window-s", "10", "--stagger", stagger, "--duration-s", "5", "--api-key", "secret", *extra]
+    doc = run_level_against(monkeypatch, tmp_path, service, argv, 4)
     times = [t for t, _ in service.registered]
     assert [round(b - t, 3) for t, b in itertools.pairwise(times)] == gaps
     assert "streams" not in doc["settings"] and "api_key" not in doc["settings"]
@@ -145,31 +149,9 @@ def test_cameras_are_registered_a_period_over_n_apart_unless_told_not_to(monkeyp
 def test_a_camera_whose_status_does_not_come_back_fails_the_level_and_every_camera_is_still_deleted(
     monkeypatch, tmp_path
 ):
-    import argparse
-
-    from loadtest import streams
-
-    clock = [0.0]
-    service = _FakeService(clock, slow={"s2"})  # the second camera's status read times out
-    monkeypatch.setattr(streams.httpx, "Client", service)
-    monkeypatch.setattr(streams.time, "sleep", lambda s: clock.__setitem__(0, clock[0] + s))
-    monkeypatch.setattr(streams.time, "time", lambda: clock[0])
-
-    class NoEvents:
-        answers, reconnects = [], 0
-
-        def __init__(self, *a):
-            pass
-
-        def stop(self):
-            pass
-
-    monkeypatch.setattr(streams, "EventReader", NoEvents)
-    monkeypatch.setattr(streams, "_plot", lambda *a, **k: None)
-    ap = argparse.ArgumentParser()
-    streams.add_arguments(ap)
-    a = ap.parse_args(["--window-s", "10", "--duration-s", "5", "--status-timeout-s", "2"])
-    doc = streams.run_level(a, 3, tmp_path, [])
+    service = _FakeService([0.0], slow={"s2"})  # the second camera's status read times out
+    argv = ["--window-s", "10", "--duration-s", "5", "--status-timeout-s", "2"]
+    doc = run_level_against(monkeypatch, tmp_path, service, argv, 3)
     assert doc["total"]["status_unread"] == 1
     assert doc["cameras"]["s2"]["status_unread"] == "ReadTimeout after at most 2 s"
     assert not doc["summary"]["keeps_up"]
