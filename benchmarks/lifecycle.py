@@ -48,7 +48,7 @@ from typing import Any
 
 import httpx
 
-from benchmarks.lifecycle_log import start_phases
+from benchmarks.lifecycle_log import deploy_failure, start_phases
 from benchmarks.lifecycle_procs import (
     descendants,
     dump_stacks,
@@ -109,8 +109,13 @@ class Lifecycle:
         stacks = self.dir / "lifecycle_stacks.txt" if self.args.stacks_every_s else None
         next_stack = time.monotonic() + (self.args.stacks_every_s or 0)
         answered = None
+        failed = None
         with httpx.Client(timeout=30) as client:
             while time.time() - t0 < self.args.start_timeout_s and self.proc.poll() is None:
+                # Serve refused the app (`serve run` itself keeps waiting until Ctrl-C): stop waiting, say why.
+                failed = deploy_failure(self.log_path.read_text(errors="replace"))
+                if failed:
+                    break
                 with contextlib.suppress(httpx.HTTPError):
                     r = client.post(f"{self.url}/v1/video/query", json=self.query_body(0))
                     if r.status_code == 200:
@@ -121,7 +126,8 @@ class Lifecycle:
                     next_stack += self.args.stacks_every_s
                 time.sleep(0.5)
         phases = start_phases(self.log_path.read_text(errors="replace"), t0, datetime.now().year)
-        return {"first_answer_s": answered, "exited": self.proc.poll(), "before": before, **phases}
+        return {"first_answer_s": answered, "exited": self.proc.poll(), "deploy_failed": failed, "before": before,
+                **phases}
 
     def burst(self) -> dict[str, Any]:
         """``--burst`` windows at once through ``vllm bench serve`` (see the module doc)."""
@@ -310,6 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stop-wait-s", type=float, default=60)
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)  # a new folder for this run's files
     args.derived = str(Path(args.out).parent / "lifecycle_config.yaml")
     args.burst_offset = 0
     os.environ.setdefault("COSMOS_SERVE_STACKS_ON_SIGUSR1", "1" if args.stacks_every_s else "")

@@ -104,3 +104,14 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def deploy_failure(log: str) -> str | None:
+    """Why Serve refused to deploy the app, from a ``serve run`` log (pure): the first line after the
+    controller's "Deploying app '...' failed with exception:" (the reason, at most 300 characters), or None."""
+    lines = log.splitlines()
+    for i, line in enumerate(lines):
+        if re.search(r"Deploying app '[^']*' failed with exception", line):
+            reason = lines[i + 1] if i + 1 < len(lines) else line
+            return re.sub(r"^\S*\(ServeController pid=\d+\)\S*\s*", "", reason).strip()[:300]
+    return None

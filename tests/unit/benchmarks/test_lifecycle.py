@@ -143,3 +143,16 @@ def test_the_killed_replicas_engine_is_found_below_it_and_not_its_neighbours():
     assert descendants(100, pairs) == {101, 102}
     assert descendants(200, pairs) == {201}
     assert descendants(300, pairs) == set() and descendants(999, pairs) == set()
+
+
+def test_a_refused_deploy_is_read_from_the_serve_log_so_the_start_stops_waiting():
+    from benchmarks.lifecycle_log import deploy_failure
+
+    log = (
+        "\x1b[36m(ServeController pid=22005)\x1b[0m INFO 2026-12-02 10:05:47,521 controller 22005 -- Deploying\n"
+        "\x1b[36m(ServeController pid=22005)\x1b[0m ERROR 2026-12-02 10:05:48,541 controller 22005 -- Deploying app "
+        "'cosmos-video' failed with exception:\n"
+        "\x1b[36m(ServeController pid=22005)\x1b[0m this machine cannot run the config's deployments: 2.6 CPUs\n"
+    )
+    assert deploy_failure(log) == "this machine cannot run the config's deployments: 2.6 CPUs"
+    assert deploy_failure(log.split("ERROR")[0]) is None  # still deploying
