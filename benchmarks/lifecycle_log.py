@@ -108,10 +108,13 @@ if __name__ == "__main__":
 
 def deploy_failure(log: str) -> str | None:
     """Why Serve refused to deploy the app, from a ``serve run`` log (pure): the first line after the
-    controller's "Deploying app '...' failed with exception:" (the reason, at most 300 characters), or None."""
+    controller's "Deploying app '...' failed with exception:" (the reason, at most 300 characters), or None
+    (no such line, or its reason not written yet)."""
     lines = log.splitlines()
     for i, line in enumerate(lines):
         if re.search(r"Deploying app '[^']*' failed with exception", line):
-            reason = lines[i + 1] if i + 1 < len(lines) else line
+            if i + 1 == len(lines):
+                return None  # the reason's line is not written yet
+            reason = lines[i + 1]
             return re.sub(r"^\S*\(ServeController pid=\d+\)\S*\s*", "", reason).strip()[:300]
     return None

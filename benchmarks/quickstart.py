@@ -28,6 +28,7 @@ from pathlib import Path
 import httpx
 
 from benchmarks.harness import stop_process_group
+from benchmarks.lifecycle_log import deploy_failure
 from serve_app.config import app_config_from_file
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,12 +64,15 @@ def main(argv: list[str] | None = None) -> int:
             assert proc.stdout is not None  # stdout=PIPE
             for line in proc.stdout:
                 log.append(line)
-                if READY in line:
-                    ready.set()
+                if READY in line or deploy_failure("".join(log[-2:])) is not None:
+                    ready.set()  # ready, or Serve refused the app (`serve run` itself keeps waiting)
 
         threading.Thread(target=reader, daemon=True).start()
         try:
-            if not ready.wait(a.timeout_s):
+            ready.wait(a.timeout_s)
+            if (failed := deploy_failure("".join(log))) is not None:
+                raise SystemExit(f"Serve refused the app: {failed}")
+            if not ready.is_set():
                 raise SystemExit("the app did not become ready:\n" + "".join(log[-30:]))
             first_start_s = time.perf_counter() - t0
             ready_s = None

@@ -156,3 +156,4 @@ def test_a_refused_deploy_is_read_from_the_serve_log_so_the_start_stops_waiting(
     )
     assert deploy_failure(log) == "this machine cannot run the config's deployments: 2.6 CPUs"
     assert deploy_failure(log.split("ERROR")[0]) is None  # still deploying
+    assert deploy_failure(log.rsplit("\x1b[36m", 1)[0]) is None  # the reason's line not written yet
