@@ -7,8 +7,9 @@ import sys
 from pathlib import Path
 
 import yaml
+from pydantic import ValidationError
 
-from serve_app.config.files import load_serve_config, override
+from serve_app.config.files import load_serve_config, override, validation_message
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -21,7 +22,14 @@ def main(argv: list[str] | None = None) -> int:
     o.add_argument("-o", "--out", help="output file (default: stdout)")
     o.add_argument("--app", type=int, default=0, help="application index")
     args = p.parse_args(argv)
-    doc = override(load_serve_config(args.config), args.assignments, args.app)
+    try:
+        doc = override(load_serve_config(args.config), args.assignments, args.app)
+    except ValidationError as e:  # a bad value: say which and why, no traceback
+        print(f"config: {args.config}: {validation_message(e)}", file=sys.stderr)
+        return 2
+    except ValueError as e:
+        print(f"config: {e}", file=sys.stderr)
+        return 2
     text = yaml.safe_dump(doc, sort_keys=False)
     if args.out:
         Path(args.out).write_text(text)

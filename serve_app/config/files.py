@@ -52,3 +52,11 @@ def override(doc: dict[str, Any], assignments: list[str], app_index: int = 0) ->
         node[leaf] = yaml.safe_load(raw)
     AppConfig.model_validate(args)
     return out
+
+
+def validation_message(e: Any) -> str:
+    """A pydantic ``ValidationError`` of an application's ``args`` as one line: ``args.<field>: <why>``
+    (the first error; the input's values are not repeated)."""
+    err = e.errors()[0]
+    where = ".".join(str(x) for x in err.get("loc", ()))
+    return f"args.{where}: {err.get('msg')}" if where else f"args: {err.get('msg')}"

@@ -131,6 +131,7 @@ def check_file(
     from pydantic import ValidationError
 
     from serve_app.config import AppConfig
+    from serve_app.config.files import validation_message
     from serve_app.model import preflight
 
     messages = []
@@ -138,9 +139,7 @@ def check_file(
         try:
             config = AppConfig.model_validate(args)
         except ValidationError as e:
-            err = e.errors()[0]
-            where = ".".join(str(x) for x in err.get("loc", ()))
-            raise ConfigFileError(f"{path}: application {name!r}: args.{where}: {err.get('msg')}") from None
+            raise ConfigFileError(f"{path}: application {name!r}: {validation_message(e)}") from None
         found = preflight.problems(config, gpus, has_vllm)
         if found:
             messages.append(preflight.message(found, f"this machine cannot run the model replica of {path}"))

@@ -78,3 +78,18 @@ def test_the_pair_config_puts_two_replicas_on_one_gpu_with_half_its_memory_each(
     base = app_config_from_file(configs / "h200.yaml")
     assert cfg.model.engine_args["max_num_seqs"] * 2 == base.model.engine_args["max_num_seqs"]  # same in all
     assert cfg.model.warmup_decode_sweep == cfg.model.engine_args["max_num_seqs"]
+
+
+def test_the_override_cli_says_what_is_wrong_without_a_traceback(capsys, tmp_path):
+    from serve_app.config.__main__ import main
+
+    configs = Path(__file__).resolve().parents[3] / "configs"
+    out = tmp_path / "derived.yaml"
+    assert main(["override", str(configs / "h200.yaml"), "model_replica.num_gpus=0.5", "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "args: Value error, model_replica.num_gpus 0.5" in err and "Traceback" not in err and not out.exists()
+    assert main(["override", str(configs / "h200.yaml"), "decode.fps=abc", "-o", str(out)]) == 2
+    assert "args.decode.fps:" in capsys.readouterr().err
+    assert main(["override", str(configs / "h200.yaml"), "decode.fps"]) == 2
+    assert "expected key=value" in capsys.readouterr().err
+    assert main(["override", str(configs / "h200-pair.yaml"), "decode.fps=2", "-o", str(out)]) == 0 and out.exists()
