@@ -14,12 +14,11 @@ SIGKILLed replica never blocks the next one.
 The lock files are ``cosmos-serve-gpu-start-<device>.lock`` in the temporary directory, one per entry of
 ``CUDA_VISIBLE_DEVICES`` (as Ray sets it for the replica: an index or a GPU UUID), taken in sorted order
 (replicas on several GPUs cannot deadlock). Without ``CUDA_VISIBLE_DEVICES`` (a CPU replica) nothing is
-locked. Linux and macOS (``fcntl``).
+locked.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import re
@@ -52,36 +51,31 @@ async def gpu_start_lock(
 ) -> AsyncIterator[float]:
     """Holds this process's GPUs' start locks for the body; yields the seconds waited for them.
 
+    The locks are ``filelock``'s (an ``flock`` on Unix, already a dependency for the checkpoint builder).
+
     Args:
         devices: ``CUDA_VISIBLE_DEVICES`` (None: read from the environment).
         lock_dir: where the lock files are (None: the temporary directory).
         poll_s: seconds between attempts while another process holds a lock.
 
     Raises:
-        OSError: a lock file cannot be created or locked for another reason than being held.
+        OSError: a lock file cannot be created.
     """
-    import fcntl
+    from filelock import AsyncFileLock
 
     if devices is None:
         devices = os.environ.get("CUDA_VISIBLE_DEVICES")
     t0 = time.monotonic()
-    fds: list[int] = []
+    held: list[AsyncFileLock] = []
     try:
         for path in lock_paths(devices, lock_dir):
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-            fds.append(fd)
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    await asyncio.sleep(poll_s)
+            lock = AsyncFileLock(path)
+            await lock.acquire(poll_interval=poll_s)
+            held.append(lock)
         waited = time.monotonic() - t0
         if waited >= 1.0:
             logger.info("waited %.1f s for another model replica on GPU %s to finish starting", waited, devices)
         yield waited
     finally:
-        for fd in reversed(fds):
-            with contextlib.suppress(OSError):
-                fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
+        for lock in reversed(held):
+            await lock.release()
