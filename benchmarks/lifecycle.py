@@ -5,8 +5,9 @@ config exactly as a user starts it (its own process group, the terminal's defaul
 one JSON result with its command. Steps (``--steps``, in order, comma-separated):
 
 * ``start``: ``serve run`` → the first answered query (``POST /v1/video/query``, 8 tokens, polled every
-  0.5 s), the start broken into phases from the log (:func:`benchmarks.lifecycle_log.start_phases`), and
-  whether vLLM's compile cache was warm. ``--stacks-every-s`` samples the model replica's and engine core's
+  0.5 s), then the time at which every model replica is ready (``all_replicas_ready_s``; the step waits for
+  it, so that the next steps meet the whole service), the first replica's start broken into phases from the
+  log (:func:`benchmarks.lifecycle_log.start_phases`), and whether vLLM's compile cache was warm. ``--stacks-every-s`` samples the model replica's and engine core's
   Python stacks with py-spy meanwhile (a file under the result's folder) to find where a slow start spends its
   time.
 * ``burst``: ``--burst`` distinct 10-s windows at once through ``vllm bench serve`` (vLLM's own client,
@@ -48,7 +49,7 @@ from typing import Any
 
 import httpx
 
-from benchmarks.lifecycle_log import deploy_failure, start_phases
+from benchmarks.lifecycle_log import deploy_failure, replicas_ready_s, start_phases
 from benchmarks.lifecycle_procs import (
     descendants,
     dump_stacks,
@@ -90,6 +91,7 @@ class Lifecycle:
         self.port = int(load_serve_config(args.derived).get("http_options", {}).get("port", 8000))
         self.url = f"http://127.0.0.1:{self.port}"
         self.model = app["args"]["model"].get("served_model_name") or app["args"]["model"]["model_id"]
+        self.model_replicas = int((app["args"].get("model_replica") or {}).get("num_replicas", 1))
 
     def save(self) -> None:
         self.out.write_text(json.dumps(self.result, indent=2) + "\n")
@@ -125,9 +127,20 @@ class Lifecycle:
                     dump_stacks(stacks, round(time.time() - t0, 1))
                     next_stack += self.args.stacks_every_s
                 time.sleep(0.5)
-        phases = start_phases(self.log_path.read_text(errors="replace"), t0, datetime.now().year)
-        return {"first_answer_s": answered, "exited": self.proc.poll(), "deploy_failed": failed, "before": before,
-                **phases}
+        year = datetime.now().year
+        phases = start_phases(self.log_path.read_text(errors="replace"), t0, year)  # the first replica's phases
+        # Several model replicas (configs/h200-pair.yaml) start one after another: the first answers while the
+        # next is still starting on the same GPU. Wait for all, so that the bursts after this step measure the
+        # whole service (2026-12-02: both bursts ran while the second replica was still starting).
+        ready = replicas_ready_s(self.log_path.read_text(errors="replace"), t0, year)
+        while (answered is not None and len(ready) < self.model_replicas and self.proc.poll() is None
+               and time.time() - t0 < self.args.start_timeout_s):
+            time.sleep(1)
+            ready = replicas_ready_s(self.log_path.read_text(errors="replace"), t0, year)
+        all_ready = ready[self.model_replicas - 1] if len(ready) >= self.model_replicas else None
+        return {"first_answer_s": answered, "model_replicas": self.model_replicas,
+                "all_replicas_ready_s": all_ready, "exited": self.proc.poll(), "deploy_failed": failed,
+                "before": before, **phases}
 
     def burst(self) -> dict[str, Any]:
         """``--burst`` windows at once through ``vllm bench serve`` (see the module doc)."""

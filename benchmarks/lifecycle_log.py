@@ -40,6 +40,17 @@ def line_time(line: str, year: int) -> float | None:
     return None
 
 
+def replicas_ready_s(log: str, since: float, year: int) -> list[float]:
+    """Seconds from ``since`` at which each model replica logged "model replica ready" (pure), in order; lines
+    before ``since`` are ignored. With several model replicas (``configs/h200-pair.yaml``) the first answer
+    comes from the first one; the service is whole when all are ready."""
+    out = []
+    for line in log.splitlines():
+        if "model replica ready in" in line and (t := line_time(line, year)) is not None and t >= since:
+            out.append(round(t - since, 1))
+    return out
+
+
 def start_phases(log: str, since: float, year: int) -> dict[str, Any]:
     """The model replica's start phases from a ``serve run`` log (pure).
 

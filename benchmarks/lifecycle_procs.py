@@ -53,16 +53,18 @@ def engine_processes() -> list[dict[str, Any]]:
 
 def parse_ps(ps: str) -> list[dict[str, Any]]:
     """The engine-core and model-replica rows of ``ps -eo pid,ppid,comm,args`` output (see
-    :func:`engine_processes`; pure)."""
+    :func:`engine_processes`; pure). A process is matched by its title or kernel name, never by a word that
+    its command line merely mentions: a shell running ``grep EngineCore`` is not an engine (a GPU call's own
+    ``bash -c`` was listed as one on 2026-12-02)."""
     out = []
     for row in ps.splitlines()[1:]:
         parts = row.strip().split(None, 3)
         if len(parts) < 4:
             continue
         pid, ppid, comm, cmd = parts
-        if comm.startswith("VLLM::EngineCor") and "EngineCore" not in cmd:
+        if comm.startswith("VLLM::EngineCor") and not cmd.startswith("VLLM::EngineCore"):
             cmd = f"{comm} ({cmd})"
-        if "EngineCor" in cmd or ("ServeReplica:" in cmd and "VideoModel" in cmd):
+        if cmd.startswith("VLLM::EngineCor") or (cmd.startswith("ray::ServeReplica:") and "VideoModel" in cmd):
             out.append({"pid": int(pid), "ppid": int(ppid), "cmd": cmd[:80]})
     return out
 
@@ -93,9 +95,25 @@ def process_pairs() -> list[tuple[int, int]]:
 def ray_processes() -> list[str]:
     """Command lines (first 60 characters) of live Ray processes: workers, raylet, GCS (zombies excluded)."""
     ps = subprocess.run(["ps", "-eo", "stat,args"], capture_output=True, text=True, check=False).stdout
-    rows = (r.strip().split(None, 1) for r in ps.splitlines()[1:])
-    return [cmd[:60] for stat, cmd in (r for r in rows if len(r) == 2)
-            if not stat.startswith("Z") and ("ray::" in cmd or "raylet" in cmd or "gcs_server" in cmd)]
+    return parse_ray_ps(ps)
+
+
+#: Executables of Ray's own daemons (their ``argv[0]`` basename).
+RAY_DAEMONS = ("raylet", "gcs_server")
+
+
+def parse_ray_ps(ps: str) -> list[str]:
+    """The live Ray rows of ``ps -eo stat,args`` output (pure): a worker by its title (``ray::...``), a daemon
+    by its executable; zombies and commands that merely mention Ray (a shell running ``grep raylet``) are not."""
+    out = []
+    for row in ps.splitlines()[1:]:
+        parts = row.strip().split(None, 1)
+        if len(parts) != 2 or parts[0].startswith("Z"):
+            continue
+        cmd = parts[1]
+        if cmd.startswith("ray::") or cmd.split()[0].rsplit("/", 1)[-1] in RAY_DAEMONS:
+            out.append(cmd[:60])
+    return out
 
 
 def wait_gpu_idle(timeout_s: float) -> float | None:

@@ -5,37 +5,45 @@
 # the service, looping a clip, answers read from its events) with quiet-scene skipping off and on, one
 # `serve run` of configs/h200.yaml (dummy weights) for every phase; max_skip_s fixed at 60 s beforehand.
 #   bash benchmarks/quiet_scenes_gpu.sh serve [key=value ...]     # start the graph (once; later phases reuse it)
-#   bash benchmarks/quiet_scenes_gpu.sh real-off|real-on|generated-on LEVELS   # e.g. real-off 32,44
+#   bash benchmarks/quiet_scenes_gpu.sh real-off|real-on|generated-on|generated-off LEVELS   # e.g. real-off 32,44
+#   bash benchmarks/quiet_scenes_gpu.sh worker-on LEVELS   # generated clip, skipping on, with the stream worker's
+#                                                         # CPU sampled (python -m benchmarks.stream_worker_cpu)
 #   bash benchmarks/quiet_scenes_gpu.sh stop
 # Clips (.gpu-clips/, made on the CPU machine): intel_one-by-one-person-detection.mp4 (real fixed camera,
 # ../shared/data/videos/real, CC BY 4.0 per its licence file) and generated_quiet_room.mp4
 # (python -m benchmarks.quiet_scenes --write-clip: static scene, sensor noise, +40 % light ramp over 120 s).
 set -uo pipefail
 export PYTHONPATH=/root/site:$PWD PATH=/root/site/bin:$PATH PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT/quiet"
+# Results go one folder deep ($OUT/NAME/...): the device tool left out deeper folders (2026-12-02).
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 CK=$PWD/checkpoints/cosmos-reason1-7b-dummy
 REAL=intel_one-by-one-person-detection.mp4 GEN=generated_quiet_room.mp4
 phase=${1:?serve|real-off|real-on|generated-on|stop}; shift
 lt() {  # name levels args...
   local name=$1 levels=$2; shift 2
   python3 -m loadtest --streams --target http://127.0.0.1:8000 --window-s 10 --fps 4 --max-tokens 256 --ignore-eos \
-    --duration-s 80 --warmup-s 5 --slo-s 3 --sweep "$levels" --sweep-pause-s 3 --out "$OUT/quiet/$name" "$@" \
-    > "$OUT/quiet/$name.log" 2>&1
-  echo "== $name rc=$?"; grep -E "streams sweep|best_cameras" "$OUT/quiet/$name.log"
-  top -bn1 | head -15 > "$OUT/quiet/$name.top.txt"
+    --duration-s 80 --warmup-s 5 --slo-s 3 --sweep "$levels" --sweep-pause-s 3 --out "$OUT/$name" "$@" \
+    > "$OUT/$name.log" 2>&1
+  echo "== $name rc=$?"; grep -E "streams sweep|best_cameras" "$OUT/$name.log"
+  top -bn1 | head -15 > "$OUT/$name.top.txt"
 }
 case "$phase" in
   serve)
     bash benchmarks/gpu_machine.sh serve configs/h200.yaml model.model_id=$CK model.engine_args.load_format=dummy \
       model.allow_ignore_eos=true "sources.allowed_roots=[\"$PWD/.gpu-clips\"]" streams.max_streams=256 \
       streams.max_frame_memory_bytes=34359738368 "$@" || exit 5
-    cp /tmp/derived.yaml "$OUT/quiet/derived.yaml" ;;
+    cp /tmp/derived.yaml "$OUT/derived.yaml" ;;
   real-off) lt real-off "${1:?levels}" --file $REAL ;;
   real-on) lt real-on "${1:?levels}" --file $REAL --skip-unchanged 0.01 --max-skip-s 60 ;;
   generated-on) lt generated-on "${1:?levels}" --file $GEN --skip-unchanged 0.01 --max-skip-s 60 ;;
   generated-off) lt generated-off "${1:?levels}" --file $GEN ;;
+  worker-on)
+    python3 -m benchmarks.stream_worker_cpu --cameras "${1:?levels}" --file $GEN --skip-unchanged 0.01 \
+      --max-skip-s 60 --max-tokens 256 --ignore-eos --duration-s 80 --out "$OUT/stream_worker_gpu_machine.json" \
+      > "$OUT/worker-on.log" 2>&1
+    echo "== worker-on rc=$?"; grep -E "^\{|wrote|Error" "$OUT/worker-on.log" ;;
   stop)
-    cp /tmp/serve.log "$OUT/quiet/serve.log" && gzip -f "$OUT/quiet/serve.log"
+    cp /tmp/serve.log "$OUT/serve.log" && gzip -f "$OUT/serve.log"
     RAY_AUTH_MODE=token serve shutdown -y >/dev/null 2>&1; sleep 5; ray stop --force >/dev/null 2>&1
     nvidia-smi --query-gpu=memory.used --format=csv,noheader ;;
   *) echo "unknown phase $phase"; exit 2 ;;

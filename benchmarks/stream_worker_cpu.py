@@ -152,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--window-s", type=float, default=10.0)
     p.add_argument("--fps", type=float, default=4.0)
     p.add_argument("--max-tokens", type=int, default=8)
+    p.add_argument("--ignore-eos", action="store_true", help="answers run to --max-tokens (server must allow it)")
     p.add_argument("--skip-unchanged", type=float, default=None)
     p.add_argument("--max-skip-s", type=float, default=60.0)
     p.add_argument("--duration-s", type=float, default=60.0)
@@ -166,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
         lt = ["--target", args.target, "--cameras", str(n), "--file", args.file, "--window-s", str(args.window_s),
               "--fps", str(args.fps), "--max-tokens", str(args.max_tokens), "--duration-s", str(args.duration_s),
               "--slo-s", str(args.slo_s)]
+        if args.ignore_eos:
+            lt.append("--ignore-eos")
         if args.skip_unchanged is not None:
             lt += ["--skip-unchanged", str(args.skip_unchanged), "--max-skip-s", str(args.max_skip_s)]
         ap = argparse.ArgumentParser()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from benchmarks.lifecycle_log import line_time, start_phases
+from benchmarks.lifecycle_log import line_time, replicas_ready_s, start_phases
 
 # Lines as `serve run configs/h200.yaml` printed them on the H200 (results/gpu/lifecycle/, shortened).
 LOG = "\n".join([
@@ -21,6 +21,16 @@ LOG = "\n".join([
     "(first clip alone 1.3 s; decode sweep of 128: 2.7 s)",
     "\x1b[0m INFO 2026-12-01 21:42:10,001 cosmos-video_VideoModel ab12 -- model replica ready in 84.4 s (backend vllm)",
 ])
+
+
+def test_each_model_replicas_ready_time_is_read_after_the_start():
+    since = datetime(2026, 12, 1, 21, 40, 29).timestamp()
+    second = ("\x1b[0m INFO 2026-12-01 21:43:59,500 cosmos-video_VideoModel cd34 -- model replica ready in 190.2 s "
+              "(backend vllm)")
+    assert replicas_ready_s(LOG, since, 2026) == [101.0]
+    assert replicas_ready_s(LOG + "\n" + second, since, 2026) == [101.0, 210.5]
+    later = datetime(2026, 12, 1, 21, 43, 0).timestamp()  # a restart's log appended after the first run's
+    assert replicas_ready_s(LOG + "\n" + second, later, 2026) == [59.5]
 
 
 def test_both_timestamp_forms_are_read():
@@ -94,11 +104,30 @@ def test_engine_cores_are_found_by_title_or_by_kernel_name():
         "    102     101 VLLM::EngineCor python3 -B -c from multiprocessing.forkserver import main",
         "    103     100 VLLM::EngineCor VLLM::EngineCore",
         "    104       1 ray::ServeRepli ray::ServeReplica:cosmos-video:Ingress",
+        # the GPU call's own shell, whose text names both (results/gpu/lifecycle-pair/, 2026-12-02)
+        "    105       1 bash            bash -c ps aux | grep -c -E 'EngineCore|ServeReplica:x:VideoModel'",
     ])
     rows = {r["pid"]: r for r in parse_ps(ps)}
-    assert sorted(rows) == [100, 102, 103]  # the fork server and the ingress are neither
+    assert sorted(rows) == [100, 102, 103]  # the fork server, the ingress and the shell are none
     assert "EngineCor" in rows[102]["cmd"] and rows[102]["ppid"] == 101
     assert rows[103]["cmd"] == "VLLM::EngineCore"
+
+
+def test_ray_processes_are_found_by_title_or_executable_not_by_mention():
+    from benchmarks.lifecycle_procs import parse_ray_ps
+
+    ps = "\n".join([
+        "STAT COMMAND",
+        "Ssl  /root/site/ray/core/src/ray/raylet/raylet --raylet_socket_name=/tmp/ray/session/sockets/raylet",
+        "Sl   /root/site/ray/core/src/ray/gcs/gcs_server --log_dir=/tmp/ray",
+        "Sl   ray::ServeReplica:cosmos-video:Ingress",
+        "Z    [ray::IDLE] <defunct>",
+        "Ss   bash -c ps aux | grep -c -E 'EngineCore|raylet'",
+        "S    timeout -k 10 600 bash -c ray stop --force; ray::x",
+    ])
+    found = parse_ray_ps(ps)
+    names = [c.split()[0].rsplit("/", 1)[-1] for c in found]
+    assert names == ["raylet", "gcs_server", "ray::ServeReplica:cosmos-video:Ingress"]
 
 
 # Lines of the kill step's replacement as the H200 printed them (results/gpu/lifecycle-forkserver/, shortened).
