@@ -7,9 +7,9 @@ one JSON result with its command. Steps (``--steps``, in order, comma-separated)
 * ``start``: ``serve run`` → the first answered query (``POST /v1/video/query``, 8 tokens, polled every
   0.5 s), then the time at which every model replica is ready (``all_replicas_ready_s``; the step waits for
   it, so that the next steps meet the whole service), the first replica's start broken into phases from the
-  log (:func:`benchmarks.lifecycle_log.start_phases`), and whether vLLM's compile cache was warm. ``--stacks-every-s`` samples the model replica's and engine core's
-  Python stacks with py-spy meanwhile (a file under the result's folder) to find where a slow start spends its
-  time.
+  log (:func:`benchmarks.lifecycle_log.start_phases`), and whether vLLM's compile cache was warm.
+  ``--stacks-every-s`` samples the model replica's and engine core's Python stacks with py-spy meanwhile (a
+  file under the result's folder) to find where a slow start spends its time.
 * ``burst``: ``--burst`` distinct 10-s windows at once through ``vllm bench serve`` (vLLM's own client,
   ``/v1/chat/completions``, 256 tokens, ``ignore_eos``); clips/s. Two bursts after a start give the
   first-burst ratio.
