@@ -105,9 +105,13 @@ class Lifecycle:
         before = {"gpu": gpu_state(), "engine_processes": engine_processes()}
         t0 = time.time()
         with open(self.log_path, "ab") as log:  # the child keeps its own copy of the descriptor
+            # PYTHONUNBUFFERED reaches the replicas (Ray's workers inherit it): without it a replica's lines can
+            # reach this log minutes late (a CPU run of 2026-12-02: the second replica's "model replica ready"
+            # of 12:49:35 came after lines of 12:53:09), and the steps read the log as it is written.
             self.proc = subprocess.Popen(  # a terminal's foreground job: own process group, default SIGINT
                 ["serve", "run", self.args.derived], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+                env={**os.environ, "PYTHONUNBUFFERED": "1"})
         stacks = self.dir / "lifecycle_stacks.txt" if self.args.stacks_every_s else None
         next_stack = time.monotonic() + (self.args.stacks_every_s or 0)
         answered = None

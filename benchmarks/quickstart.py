@@ -55,8 +55,11 @@ def main(argv: list[str] | None = None) -> int:
         )
         serve_bin = Path(sys.executable).with_name("serve")
         t0 = time.perf_counter()
+        # PYTHONUNBUFFERED reaches the replicas (Ray's workers inherit it), so READY is read when it is logged,
+        # not when a replica's buffer next fills (benchmarks/lifecycle.py, a CPU run of 2026-12-02: minutes late).
         proc = subprocess.Popen([str(serve_bin), "run", str(derived)], cwd=ROOT, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                                stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
         ready = threading.Event()
         log: list[str] = []
 
