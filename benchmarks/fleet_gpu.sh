@@ -12,7 +12,12 @@
 #                                                         # (or CONFIG, e.g. configs/h200-fp8.yaml)
 #   bash benchmarks/fleet_gpu.sh graph Q LEVELS           # loadtest --streams: the service reads the cameras
 #   bash benchmarks/fleet_gpu.sh stop                     # whichever server runs; GPU memory printed
-# Q is 1 or 3; LEVELS e.g. 48,64,80. Results: $OUT/fleet_{plain,graph}_q{Q}.json (the sweep) and .log.
+# Q is 1 or 3; LEVELS e.g. 48,64,80; DURATION_S (80) the measured seconds per level.
+# Results: $OUT/fleet_{plain,graph}_q{Q}.json (the sweep) and .log.
+# Checked on the CPU machine against `serve run configs/cpu.yaml` (model.allow_ignore_eos, the clip's folder
+# allowed; 2026-12-02): `plain 3 1` sent 3 requests per window to its /v1/chat/completions, `graph 3 1`
+# registered a camera with 3 questions and got answers to all 3 (DURATION_S=25; the tiny CPU model cannot
+# keep up with 256 tokens, so both levels failed, as expected there).
 # Plain's flags are ../shared/gpu/baseline/ext_client.sh's (4-fps sampling, the vision tower compiled and
 # in CUDA graphs), with the HF processor on the GPU for every request (`--mm-processor-kwargs`: the baseline
 # sent the same per request), so both sides give the model 40 frames of 420x756 per window.
@@ -39,7 +44,7 @@ case "$phase" in
     echo "plain ready after $(( $(date +%s) - t0 )) s" ;;
   plain|graph)
     q=${1:?Q (1 or 3)}; levels=${2:?LEVELS}; mapfile -t qargs < <(questions "$q")
-    common=(--target http://127.0.0.1:8000 --window-s 10 --fps 4 --max-tokens 256 --ignore-eos --duration-s 80
+    common=(--target http://127.0.0.1:8000 --window-s 10 --fps 4 --max-tokens 256 --ignore-eos --duration-s "${DURATION_S:-80}"
             --warmup-s 5 --slo-s 3 --sweep "$levels" --sweep-pause-s 3 --out "$OUT/fleet_${phase}_q$q" "${qargs[@]}")
     if [ "$phase" = plain ]; then
       python3 -m loadtest --api openai --source ".gpu-clips/$CLIP" --all-questions --no-live --no-plots \
