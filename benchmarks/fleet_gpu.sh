@@ -13,6 +13,12 @@
 #   bash benchmarks/fleet_gpu.sh graph Q LEVELS           # loadtest --streams: the service reads the cameras
 #   bash benchmarks/fleet_gpu.sh stop                     # whichever server runs; GPU memory printed
 # Q is 1 or 3; LEVELS e.g. 48,64,80; DURATION_S (80) the measured seconds per level.
+# PREFIX_CACHING (0) at the *-start phases: 0 turns vLLM's prefix cache off on both sides. Every camera loops
+# the same clip, so window k of every camera holds the same frames, and vLLM serves such repeats from its
+# prefix cache by content, whatever media UUID the request carries (results/gpu/quiet-scenes/README.md,
+# "Correction"): with the cache on, the camera counts measure the cache, not the GPU. 3-question rows need the
+# cache (questions 2 and 3 reuse question 1's prefill), hence different content per camera: not built yet, so a
+# 3-question row run with PREFIX_CACHING=1 is an upper bound for both sides, not a fleet figure.
 # Results: $OUT/fleet_{plain,graph}_q{Q}.json (the sweep) and .log.
 # Checked on the CPU machine against `serve run configs/cpu.yaml` (model.allow_ignore_eos, the clip's folder
 # allowed; 2026-12-02): `plain 3 1` sent 3 requests per window to its /v1/chat/completions, `graph 3 1`
@@ -37,6 +43,7 @@ case "$phase" in
       --port 8000 --host 127.0.0.1 --load-format dummy --dtype bfloat16 \
       --media-io-kwargs '{"video":{"fps":4}}' --mm-processor-kwargs '{"device":"cuda"}' \
       --compilation-config '{"compile_mm_encoder":true,"cudagraph_mm_encoder":true}' \
+      $([ "${PREFIX_CACHING:-0}" = 1 ] || echo --no-enable-prefix-caching) \
       > /tmp/plain_server.log 2>&1 < /dev/null &
     echo $! > /tmp/plain.pid; t0=$(date +%s)  # setsid: its own process group (pgid = pid), engine core included
     for _ in $(seq 1 400); do curl -sf http://127.0.0.1:8000/v1/models >/dev/null && break; sleep 1; done
@@ -59,7 +66,8 @@ case "$phase" in
     config=configs/h200.yaml; case "${1:-}" in configs/*) config=$1; shift;; esac
     bash benchmarks/gpu_machine.sh serve "$config" model.model_id=$CK model.engine_args.load_format=dummy \
       model.allow_ignore_eos=true "sources.allowed_roots=[\"$PWD/.gpu-clips\"]" streams.max_streams=256 \
-      streams.max_frame_memory_bytes=34359738368 "$@" || exit 5
+      streams.max_frame_memory_bytes=34359738368 \
+      model.engine_args.enable_prefix_caching=$([ "${PREFIX_CACHING:-0}" = 1 ] && echo true || echo false) "$@" || exit 5
     cp /tmp/derived.yaml "$OUT/fleet_graph_config.yaml" ;;
   stop)
     if [ -f /tmp/plain_server.log ]; then

@@ -12,6 +12,8 @@
 # Clips (.gpu-clips/, made on the CPU machine): intel_one-by-one-person-detection.mp4 (real fixed camera,
 # ../shared/data/videos/real, CC BY 4.0 per its licence file) and generated_quiet_room.mp4
 # (python -m benchmarks.quiet_scenes --write-clip: static scene, sensor noise, +40 % light ramp over 120 s).
+# vLLM's prefix cache is off: every camera loops the same clip, and with the cache on vLLM served the repeated
+# windows from it, so the camera counts of 2026-12-02 measured the cache (results/gpu/quiet-scenes/README.md).
 set -uo pipefail
 export PYTHONPATH=/root/site:$PWD PATH=/root/site/bin:$PATH PYTHONUNBUFFERED=1
 # Results go one folder deep ($OUT/NAME/...): the device tool left out deeper folders (2026-12-02).
@@ -31,7 +33,7 @@ case "$phase" in
   serve)
     bash benchmarks/gpu_machine.sh serve configs/h200.yaml model.model_id=$CK model.engine_args.load_format=dummy \
       model.allow_ignore_eos=true "sources.allowed_roots=[\"$PWD/.gpu-clips\"]" streams.max_streams=256 \
-      streams.max_frame_memory_bytes=34359738368 "$@" || exit 5
+      streams.max_frame_memory_bytes=34359738368 model.engine_args.enable_prefix_caching=false "$@" || exit 5
     cp /tmp/derived.yaml "$OUT/derived.yaml" ;;
   real-off) lt real-off "${1:?levels}" --file $REAL ;;
   real-on) lt real-on "${1:?levels}" --file $REAL --skip-unchanged 0.01 --max-skip-s 60 ;;
