@@ -12,21 +12,14 @@
 #                                                         # (or CONFIG, e.g. configs/h200-fp8.yaml)
 #   bash benchmarks/fleet_gpu.sh graph Q LEVELS           # loadtest --streams: the service reads the cameras
 #   bash benchmarks/fleet_gpu.sh stop                     # whichever server runs; GPU memory printed
-# Q is 1 or 3; LEVELS e.g. 48,64,80; DURATION_S (80) the measured seconds per level.
-# PREFIX_CACHING (0) at the *-start phases: 0 turns vLLM's prefix cache off on both sides. Every camera loops
-# the same clip, so window k of every camera holds the same frames, and vLLM serves such repeats from its
-# prefix cache by content, whatever media UUID the request carries (results/gpu/quiet-scenes/README.md,
-# "Correction"): with the cache on, the camera counts measure the cache, not the GPU. 3-question rows need the
-# cache (questions 2 and 3 reuse question 1's prefill), hence different content per camera: not built yet, so a
-# 3-question row run with PREFIX_CACHING=1 is an upper bound for both sides, not a fleet figure.
-# Results: $OUT/fleet_{plain,graph}_q{Q}.json (the sweep) and .log.
-# Checked on the CPU machine against `serve run configs/cpu.yaml` (model.allow_ignore_eos, the clip's folder
-# allowed; 2026-12-02): `plain 3 1` sent 3 requests per window to its /v1/chat/completions, `graph 3 1`
-# registered a camera with 3 questions and got answers to all 3 (DURATION_S=25; the tiny CPU model cannot
-# keep up with 256 tokens, so both levels failed, as expected there).
-# Plain's flags are ../shared/gpu/baseline/ext_client.sh's (4-fps sampling, the vision tower compiled and
-# in CUDA graphs), with the HF processor on the GPU for every request (`--mm-processor-kwargs`: the baseline
-# sent the same per request), so both sides give the model 40 frames of 420x756 per window.
+# Q is 1 or 3; LEVELS e.g. 24,30,36 (ascending); DURATION_S (80) the measured seconds per level.
+# Every camera loops its own copy of the clip (python -m loadtest.distinct), new copies for each level: with one
+# shared clip, window k was the same for every camera, and vLLM served the repeats from its prefix cache by
+# content whatever media UUID the request carried, so the camera counts measured the cache, not the GPU
+# (results/gpu/quiet-scenes/README.md, "Correction"). PREFIX_CACHING (1) at the *-start phases: 0 turns vLLM's
+# prefix cache off on both sides (questions 2 and 3 of a window then pay their full prefill).
+# The copies (~12 CPU-s each for the 139-s clip, in parallel) are written into .gpu-clips/distinct (kept).
+# Results: $OUT/fleet_{plain,graph}_q{Q}_{N}.json per level N (the load tester's results) and .log.
 set -uo pipefail
 export PYTHONPATH=/root/site:$PWD PATH=/root/site/bin:$PATH VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -43,31 +36,43 @@ case "$phase" in
       --port 8000 --host 127.0.0.1 --load-format dummy --dtype bfloat16 \
       --media-io-kwargs '{"video":{"fps":4}}' --mm-processor-kwargs '{"device":"cuda"}' \
       --compilation-config '{"compile_mm_encoder":true,"cudagraph_mm_encoder":true}' \
-      $([ "${PREFIX_CACHING:-0}" = 1 ] || echo --no-enable-prefix-caching) \
+      $([ "${PREFIX_CACHING:-1}" = 1 ] || echo --no-enable-prefix-caching) \
       > /tmp/plain_server.log 2>&1 < /dev/null &
     echo $! > /tmp/plain.pid; t0=$(date +%s)  # setsid: its own process group (pgid = pid), engine core included
     for _ in $(seq 1 400); do curl -sf http://127.0.0.1:8000/v1/models >/dev/null && break; sleep 1; done
     curl -sf http://127.0.0.1:8000/v1/models >/dev/null || { tail -c 3000 /tmp/plain_server.log; exit 5; }
     echo "plain ready after $(( $(date +%s) - t0 )) s" ;;
   plain|graph)
-    q=${1:?Q (1 or 3)}; levels=${2:?LEVELS}; mapfile -t qargs < <(questions "$q")
-    common=(--target http://127.0.0.1:8000 --window-s 10 --fps 4 --max-tokens 256 --ignore-eos --duration-s "${DURATION_S:-80}"
-            --warmup-s 5 --slo-s 3 --sweep "$levels" --sweep-pause-s 3 --out "$OUT/fleet_${phase}_q$q" "${qargs[@]}")
-    if [ "$phase" = plain ]; then
-      python3 -m loadtest --api openai --source ".gpu-clips/$CLIP" --all-questions --no-live --no-plots \
-        "${common[@]}" > "$OUT/fleet_plain_q$q.log" 2>&1
-    else
-      python3 -m loadtest --streams --file "$CLIP" "${common[@]}" > "$OUT/fleet_graph_q$q.log" 2>&1
-    fi
-    echo "== $phase q$q rc=$?"
-    cp "$OUT/fleet_${phase}_q$q/results.json" "$OUT/fleet_${phase}_q$q.json" 2>/dev/null
-    grep -E "sweep|best_cameras|keeps up|falls behind" "$OUT/fleet_${phase}_q$q.log" | tail -8 ;;
+    # Level by level, each camera with its own copy of the clip (python -m loadtest.distinct: the camera's index
+    # stamped in a corner), a new set of copies per level, so that no window repeats across cameras or levels;
+    # stops at the first level that does not keep up. Per level: $OUT/fleet_{phase}_q{Q}_{N}.json (+ .log).
+    q=${1:?Q (1 or 3)}; levels=${2:?LEVELS}; mapfile -t qargs < <(questions "$q"); first=0
+    for n in ${levels//,/ }; do
+      mapfile -t copies < <(python3 -m loadtest.distinct ".gpu-clips/$CLIP" --cameras "$n" --first "$first" \
+        --out-dir .gpu-clips/distinct)
+      first=$(( first + n )); name="fleet_${phase}_q${q}_$n"
+      common=(--target http://127.0.0.1:8000 --window-s 10 --fps 4 --max-tokens 256 --ignore-eos
+              --duration-s "${DURATION_S:-80}" --warmup-s 5 --slo-s 3 --sweep "$n" --out "$OUT/$name" "${qargs[@]}")
+      if [ "$phase" = plain ]; then
+        src=(); for c in "${copies[@]}"; do src+=(--source "$c"); done
+        python3 -m loadtest --api openai "${src[@]}" --all-questions --no-live --no-plots "${common[@]}" \
+          > "$OUT/$name.log" 2>&1
+      else
+        src=(); for c in "${copies[@]}"; do src+=(--file "distinct/$(basename "$c")"); done
+        python3 -m loadtest --streams "${src[@]}" "${common[@]}" > "$OUT/$name.log" 2>&1
+      fi
+      rc=$?; echo "== $phase q$q $n cameras rc=$rc"
+      cp "$OUT/$name/results.json" "$OUT/$name.json" 2>/dev/null
+      grep -E "keeps up|falls behind|p95 freshness" "$OUT/$name.log" | tail -3
+      [ $rc = 0 ] || break
+      sleep 3
+    done ;;
   graph-start)
     config=configs/h200.yaml; case "${1:-}" in configs/*) config=$1; shift;; esac
     bash benchmarks/gpu_machine.sh serve "$config" model.model_id=$CK model.engine_args.load_format=dummy \
       model.allow_ignore_eos=true "sources.allowed_roots=[\"$PWD/.gpu-clips\"]" streams.max_streams=256 \
       streams.max_frame_memory_bytes=34359738368 \
-      model.engine_args.enable_prefix_caching=$([ "${PREFIX_CACHING:-0}" = 1 ] && echo true || echo false) "$@" || exit 5
+      model.engine_args.enable_prefix_caching=$([ "${PREFIX_CACHING:-1}" = 1 ] && echo true || echo false) "$@" || exit 5
     cp /tmp/derived.yaml "$OUT/fleet_graph_config.yaml" ;;
   stop)
     if [ -f /tmp/plain_server.log ]; then
