@@ -46,6 +46,10 @@ STACKS_ENV = "COSMOS_SERVE_STACKS_ON_SIGUSR1"
 def warmup_requests(config: AppConfig, template: str | None = None) -> list[GenerationRequest]:
     """The replica's warm-up requests: ``model.warmup_clips`` zero clips, each with its own id.
 
+    Each id is also the clip's prefix-cache salt (:func:`serve_app.model.engines.vllm_inputs.engine_prompt`), so
+    every clip is prefilled in full, as a burst of real windows is (without the salt vLLM served 31 of the 32
+    identical zero clips from its prefix cache on an H200, 2026-12-02).
+
     Each clip is ``model.warmup_clip_shape`` (T, H, W) uint8 zeros at ``decode.fps`` (as patches when
     ``model.vision_input`` is ``patches``: the path real clips take), with the model's sampling defaults
     and ``model.warmup_max_tokens`` output tokens (end-of-sequence ignored). All requests share one

@@ -132,6 +132,7 @@ def test_engine_prompt_passes_patches_through_without_processor_kwargs():
     assert video["video_grid_thw"].tolist() == [[2, 4, 6]] and float(video["second_per_grid_ts"][0]) == 0.5
     assert "mm_processor_kwargs" not in p  # no processor runs for a processed clip
     assert p["multi_modal_uuids"] == {"video": ["clip-r2"]}
+    assert p["cache_salt"] == "clip-r2"  # prefix-cache blocks are this clip's alone
     assert req.num_frames == 4
 
 
@@ -149,7 +150,25 @@ def test_engine_prompt_patchifies_frames_with_the_table_when_asked():
     assert video["video_grid_thw"].tolist() == [[3, 4, 6]] and float(video["second_per_grid_ts"][0]) == 1.0
     assert "mm_processor_kwargs" not in p  # the HF processor does not run
     assert p["multi_modal_uuids"] == {"video": ["clip-r3"]}
+    assert p["cache_salt"] == "clip-r3"
     assert "mm_processor_kwargs" in engine_prompt(req, {"device": "cuda"})  # without it: frames, processor
+
+
+def test_the_cache_salt_is_shared_by_a_windows_questions_and_by_nothing_else():
+    frames = np.zeros((4, 56, 84, 3), dtype=np.uint8)  # the same pixels in every request below
+    sampling = SamplingOptions(8, 0.6, 0.95, 1.05)
+
+    def salt(request_id: str, clip_id: str | None) -> str:
+        req = GenerationRequest(request_id, frames, 4.0, render_prompt("q", "s"), sampling, clip_id=clip_id)
+        for table in (None, "cpu"):
+            p = engine_prompt(req, {"device": "cuda"}, table_device=table)
+            assert p["cache_salt"] == p["multi_modal_uuids"]["video"][0]
+        return str(p["cache_salt"])
+
+    window = {salt(f"gen-{q}", "a1b2") for q in range(3)}  # three questions about one window
+    assert window == {"clip-a1b2"}
+    others = {salt("gen-x", None), salt("gen-y", None), salt("gen-z", "c3d4")}  # other requests, same pixels
+    assert len(others) == 3 and not others & window
 
 
 class _FakeInputProcessor:
