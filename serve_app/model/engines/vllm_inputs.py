@@ -64,13 +64,14 @@ def engine_prompt(
     kwargs; Qwen3-VL's in the item, with the frame timestamps its prompt shows).
 
     The clip's identity (:attr:`GenerationRequest.media_uuid`: the request's own, or the one its window's
-    questions share) is its multimodal UUID, so vLLM hashes a short id instead of 38 MB of pixels, and the
-    ``cache_salt`` of its prefix-cache blocks. The salt is what keeps windows and clients apart: vLLM 0.24
-    still served identical video content from its prefix cache across requests with different UUIDs (on one
-    H200, the warm-up's 32 zero clips: 31 took 8,144 of 8,149 prompt tokens from the cache,
-    ``results/gpu/lifecycle-pair/lifecycle_pair_engine_timings.jsonl``), and blocks with different salts are
-    never shared (vLLM's ``kv_cache_utils``: the salt is a key of a prompt's first block, so of every block
-    after it). The questions of one window share the salt and so the video's blocks.
+    questions share) is the ``cache_salt`` of its prefix-cache blocks, and is passed as its multimodal UUID.
+    The salt is what keeps windows and clients apart. vLLM 0.24 drops ``multi_modal_uuids`` of a text prompt
+    (``vllm/inputs/preprocess.py``, ``_process_text`` calls ``_process_multimodal`` without them; only token
+    prompts pass them), so it hashes the pixels and served identical video content from its prefix cache
+    across requests: on one H200 the warm-up's 32 zero clips, 31 of them 8,144 of 8,149 prompt tokens from
+    the cache (``results/gpu/lifecycle-pair/lifecycle_pair_engine_timings.jsonl``). Blocks with different
+    salts are never shared (``vllm/v1/core/kv_cache_utils.py``: the salt is a key of a prompt's first block,
+    so of every block after it); the questions of one window share the salt, and so the video's blocks.
 
     Raises:
         ValueError: frames the table patchify cannot take (see :func:`serve_app.decode.vision_patches.patchify`).
