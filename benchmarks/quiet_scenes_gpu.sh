@@ -6,14 +6,16 @@
 # `serve run` of configs/h200.yaml (dummy weights) for every phase; max_skip_s fixed at 60 s beforehand.
 #   bash benchmarks/quiet_scenes_gpu.sh serve [key=value ...]     # start the graph (once; later phases reuse it)
 #   bash benchmarks/quiet_scenes_gpu.sh real-off|real-on|generated-on|generated-off LEVELS   # e.g. real-off 32,44
-#   bash benchmarks/quiet_scenes_gpu.sh worker-on LEVELS   # generated clip, skipping on, with the stream worker's
+#   bash benchmarks/quiet_scenes_gpu.sh worker-on N        # generated clip, skipping on, with the stream worker's
 #                                                         # CPU sampled (python -m benchmarks.stream_worker_cpu)
 #   bash benchmarks/quiet_scenes_gpu.sh stop
 # Clips (.gpu-clips/, made on the CPU machine): intel_one-by-one-person-detection.mp4 (real fixed camera,
 # ../shared/data/videos/real, CC BY 4.0 per its licence file) and generated_quiet_room.mp4
 # (python -m benchmarks.quiet_scenes --write-clip: static scene, sensor noise, +40 % light ramp over 120 s).
-# vLLM's prefix cache is off: every camera loops the same clip, and with the cache on vLLM served the repeated
-# windows from it, so the camera counts of 2026-12-02 measured the cache (results/gpu/quiet-scenes/README.md).
+# Every camera loops its own copy of the clip (python -m loadtest.distinct: its index stamped in a corner), new
+# copies for every level and phase (the next index is kept in /tmp/distinct.next): on 2026-12-02 all cameras
+# looped one clip, vLLM matched the identical windows by content, and the camera counts measured its caches
+# (results/gpu/quiet-scenes/README.md, "Correction"). Levels run one at a time and stop at the first failure.
 set -uo pipefail
 export PYTHONPATH=/root/site:$PWD PATH=/root/site/bin:$PATH PYTHONUNBUFFERED=1
 # Results go one folder deep ($OUT/NAME/...): the device tool left out deeper folders (2026-12-02).
@@ -21,29 +23,42 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 CK=$PWD/checkpoints/cosmos-reason1-7b-dummy
 REAL=intel_one-by-one-person-detection.mp4 GEN=generated_quiet_room.mp4
 phase=${1:?serve|real-off|real-on|generated-on|stop}; shift
-lt() {  # name levels args...
-  local name=$1 levels=$2; shift 2
-  python3 -m loadtest --streams --target http://127.0.0.1:8000 --window-s 10 --fps 4 --max-tokens 256 --ignore-eos \
-    --duration-s 80 --warmup-s 5 --slo-s 3 --sweep "$levels" --sweep-pause-s 3 --out "$OUT/$name" "$@" \
-    > "$OUT/$name.log" 2>&1
-  echo "== $name rc=$?"; grep -E "streams sweep|best_cameras" "$OUT/$name.log"
-  top -bn1 | head -15 > "$OUT/$name.top.txt"
+lt() {  # name levels clip [loadtest args...]
+  local name=$1 levels=$2 clip=$3 n first rc c; shift 3
+  for n in ${levels//,/ }; do
+    first=$(cat /tmp/distinct.next 2>/dev/null || echo 0); echo $(( first + n )) > /tmp/distinct.next
+    mapfile -t copies < <(python3 -m loadtest.distinct ".gpu-clips/$clip" --cameras "$n" --first "$first" \
+      --out-dir .gpu-clips/distinct)
+    files=(); for c in "${copies[@]}"; do files+=(--file "distinct/$(basename "$c")"); done
+    python3 -m loadtest --streams --target http://127.0.0.1:8000 --window-s 10 --fps 4 --max-tokens 256 \
+      --ignore-eos --duration-s 80 --warmup-s 5 --slo-s 3 --sweep "$n" --out "$OUT/${name}_$n" "${files[@]}" "$@" \
+      > "$OUT/${name}_$n.log" 2>&1
+    rc=$?; echo "== $name $n cameras rc=$rc"; grep -E "streams sweep" "$OUT/${name}_$n.log"
+    cp "$OUT/${name}_$n/results.json" "$OUT/${name}_$n.json" 2>/dev/null
+    top -bn1 | head -15 > "$OUT/${name}_$n.top.txt"
+    [ $rc = 0 ] || break
+    sleep 3
+  done
 }
 case "$phase" in
   serve)
     bash benchmarks/gpu_machine.sh serve configs/h200.yaml model.model_id=$CK model.engine_args.load_format=dummy \
       model.allow_ignore_eos=true "sources.allowed_roots=[\"$PWD/.gpu-clips\"]" streams.max_streams=256 \
-      streams.max_frame_memory_bytes=34359738368 model.engine_args.enable_prefix_caching=false "$@" || exit 5
+      streams.max_frame_memory_bytes=34359738368 "$@" || exit 5
     cp /tmp/derived.yaml "$OUT/derived.yaml" ;;
-  real-off) lt real-off "${1:?levels}" --file $REAL ;;
-  real-on) lt real-on "${1:?levels}" --file $REAL --skip-unchanged 0.01 --max-skip-s 60 ;;
-  generated-on) lt generated-on "${1:?levels}" --file $GEN --skip-unchanged 0.01 --max-skip-s 60 ;;
-  generated-off) lt generated-off "${1:?levels}" --file $GEN ;;
-  worker-on)
-    python3 -m benchmarks.stream_worker_cpu --cameras "${1:?levels}" --file $GEN --skip-unchanged 0.01 \
-      --max-skip-s 60 --max-tokens 256 --ignore-eos --duration-s 80 --out "$OUT/stream_worker_gpu_machine.json" \
-      > "$OUT/worker-on.log" 2>&1
-    echo "== worker-on rc=$?"; grep -E "^\{|wrote|Error" "$OUT/worker-on.log" ;;
+  real-off) lt real-off "${1:?levels}" $REAL ;;
+  real-on) lt real-on "${1:?levels}" $REAL --skip-unchanged 0.01 --max-skip-s 60 ;;
+  generated-on) lt generated-on "${1:?levels}" $GEN --skip-unchanged 0.01 --max-skip-s 60 ;;
+  generated-off) lt generated-off "${1:?levels}" $GEN ;;
+  worker-on)  # one level (N cameras, each its own copy), the stream worker's CPU sampled
+    n=${1:?cameras}; first=$(cat /tmp/distinct.next 2>/dev/null || echo 0); echo $(( first + n )) > /tmp/distinct.next
+    mapfile -t copies < <(python3 -m loadtest.distinct ".gpu-clips/$GEN" --cameras "$n" --first "$first" \
+      --out-dir .gpu-clips/distinct)
+    files=(); for c in "${copies[@]}"; do files+=(--file "distinct/$(basename "$c")"); done
+    python3 -m benchmarks.stream_worker_cpu --cameras "$n" "${files[@]}" --skip-unchanged 0.01 \
+      --max-skip-s 60 --max-tokens 256 --ignore-eos --duration-s 80 --out "$OUT/stream_worker_gpu_machine_$n.json" \
+      > "$OUT/worker-on_$n.log" 2>&1
+    echo "== worker-on $n rc=$?"; grep -E "^\{|wrote|Error" "$OUT/worker-on_$n.log" ;;
   stop)
     cp /tmp/serve.log "$OUT/serve.log" && gzip -f "$OUT/serve.log"
     RAY_AUTH_MODE=token serve shutdown -y >/dev/null 2>&1; sleep 5; ray stop --force >/dev/null 2>&1

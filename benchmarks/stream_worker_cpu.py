@@ -148,7 +148,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--target", default="http://127.0.0.1:8000")
     p.add_argument("--cameras", default="2,4,8", help="camera counts, e.g. 2,4,8")
-    p.add_argument("--file", required=True, help="clip name under the server's allowed roots (looped)")
+    p.add_argument("--file", action="append", required=True,
+                   help="clip name under the server's allowed roots (looped); repeat for one per camera "
+                   "(cameras take them in turn: python -m loadtest.distinct makes such copies)")
     p.add_argument("--window-s", type=float, default=10.0)
     p.add_argument("--fps", type=float, default=4.0)
     p.add_argument("--max-tokens", type=int, default=8)
@@ -164,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("no StreamWorker replica process on this machine: start the service first")
     levels: list[dict[str, Any]] = []
     for n in [int(x) for x in args.cameras.split(",")]:
-        lt = ["--target", args.target, "--cameras", str(n), "--file", args.file, "--window-s", str(args.window_s),
+        files = [x for f in args.file for x in ("--file", f)]
+        lt = ["--target", args.target, "--cameras", str(n), *files, "--window-s", str(args.window_s),
               "--fps", str(args.fps), "--max-tokens", str(args.max_tokens), "--duration-s", str(args.duration_s),
               "--slo-s", str(args.slo_s)]
         if args.ignore_eos:
