@@ -23,13 +23,16 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 CK=$PWD/checkpoints/cosmos-reason1-7b-dummy
 REAL=intel_one-by-one-person-detection.mp4 GEN=generated_quiet_room.mp4
 phase=${1:?serve|real-off|real-on|generated-on|stop}; shift
+copies() {  # clip n: sets files=(--file distinct/NAME ...), n new copies (indices from /tmp/distinct.next)
+  local first c; first=$(cat /tmp/distinct.next 2>/dev/null || echo 0); echo $(( first + $2 )) > /tmp/distinct.next
+  mapfile -t made < <(python3 -m loadtest.distinct ".gpu-clips/$1" --cameras "$2" --first "$first" \
+    --out-dir .gpu-clips/distinct)
+  files=(); for c in "${made[@]}"; do files+=(--file "distinct/$(basename "$c")"); done
+}
 lt() {  # name levels clip [loadtest args...]
-  local name=$1 levels=$2 clip=$3 n first rc c; shift 3
+  local name=$1 levels=$2 clip=$3 n rc; shift 3
   for n in ${levels//,/ }; do
-    first=$(cat /tmp/distinct.next 2>/dev/null || echo 0); echo $(( first + n )) > /tmp/distinct.next
-    mapfile -t copies < <(python3 -m loadtest.distinct ".gpu-clips/$clip" --cameras "$n" --first "$first" \
-      --out-dir .gpu-clips/distinct)
-    files=(); for c in "${copies[@]}"; do files+=(--file "distinct/$(basename "$c")"); done
+    copies "$clip" "$n"
     python3 -m loadtest --streams --target http://127.0.0.1:8000 --window-s 10 --fps 4 --max-tokens 256 \
       --ignore-eos --duration-s 80 --warmup-s 5 --slo-s 3 --sweep "$n" --out "$OUT/${name}_$n" "${files[@]}" "$@" \
       > "$OUT/${name}_$n.log" 2>&1
@@ -51,10 +54,7 @@ case "$phase" in
   generated-on) lt generated-on "${1:?levels}" $GEN --skip-unchanged 0.01 --max-skip-s 60 ;;
   generated-off) lt generated-off "${1:?levels}" $GEN ;;
   worker-on)  # one level (N cameras, each its own copy), the stream worker's CPU sampled
-    n=${1:?cameras}; first=$(cat /tmp/distinct.next 2>/dev/null || echo 0); echo $(( first + n )) > /tmp/distinct.next
-    mapfile -t copies < <(python3 -m loadtest.distinct ".gpu-clips/$GEN" --cameras "$n" --first "$first" \
-      --out-dir .gpu-clips/distinct)
-    files=(); for c in "${copies[@]}"; do files+=(--file "distinct/$(basename "$c")"); done
+    n=${1:?cameras}; copies $GEN "$n"
     python3 -m benchmarks.stream_worker_cpu --cameras "$n" "${files[@]}" --skip-unchanged 0.01 \
       --max-skip-s 60 --max-tokens 256 --ignore-eos --duration-s 80 --out "$OUT/stream_worker_gpu_machine_$n.json" \
       > "$OUT/worker-on_$n.log" 2>&1
