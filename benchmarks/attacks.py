@@ -73,14 +73,13 @@ def worker_memory(root_pid: int) -> dict[str, float] | None:
 def object_store_used_mib() -> float:
     import ray
 
-    total = ray.cluster_resources().get("object_store_memory", 0.0)
-    free = ray.available_resources().get("object_store_memory", 0.0)
+    total = float(ray.cluster_resources().get("object_store_memory", 0.0))  # type: ignore[no-untyped-call]  # unannotated in Ray
+    free = float(ray.available_resources().get("object_store_memory", 0.0))  # type: ignore[no-untyped-call]  # unannotated in Ray
     return round((total - free) / MiB, 1)
 
 
 def app_args(config: Path) -> dict[str, Any]:
-    args = load_serve_config(config)["applications"][0]["args"]
-    args = json.loads(json.dumps(args))
+    args: dict[str, Any] = json.loads(json.dumps(load_serve_config(config)["applications"][0]["args"]))
     args.setdefault("streams", {})["db_path"] = None  # in memory: the bench writes no database
     model = args.setdefault("model", {})
     if str(model.get("model_id", "")).startswith("./"):

@@ -27,6 +27,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -53,10 +54,9 @@ def _pct(values: list[float], q: float) -> float | None:
     return round(float(np.percentile(values, q)), 3) if values else None
 
 
-def stream_app_args(config: str, db_dir: str, **streams) -> dict:
+def stream_app_args(config: str, db_dir: str, **streams: Any) -> dict[str, Any]:
     """The app args of ``config`` with the stream database in ``db_dir`` and loopback cameras allowed."""
-    args = load_serve_config(config)["applications"][0]["args"]
-    args = json.loads(json.dumps(args))
+    args: dict[str, Any] = json.loads(json.dumps(load_serve_config(config)["applications"][0]["args"]))
     args["model"]["model_id"] = str(local_serve.TINY_CKPT)
     args["sources"] = {**args.get("sources", {}), "allowed_roots": [str(local_serve.CLIP.parent)],
                        "allowed_networks": ["127.0.0.1/32"]}
@@ -64,7 +64,7 @@ def stream_app_args(config: str, db_dir: str, **streams) -> dict:
     return args
 
 
-def per_stream(answers: list[dict], ids: list[str], t0: float, t1: float) -> dict:
+def per_stream(answers: list[dict[str, Any]], ids: list[str], t0: float, t1: float) -> dict[str, Any]:
     out = {}
     for sid in ids:
         a = [e for e in answers if e["stream_id"] == sid and e["question_index"] == 0 and t0 <= e["_received"] <= t1]
@@ -74,7 +74,7 @@ def per_stream(answers: list[dict], ids: list[str], t0: float, t1: float) -> dic
     return out
 
 
-def soak(args) -> int:
+def soak(args: argparse.Namespace) -> int:
     header = {
         "bench": "streams-soak",
         "command": "python -m benchmarks.soak --streams " + " ".join(args.argv[1:]),
@@ -105,7 +105,7 @@ def soak(args) -> int:
                 ids.append(r.json()["id"])
             t_start = time.time()
             end = t_start + args.duration_min * 60
-            samples: list[dict] = []
+            samples: list[dict[str, Any]] = []
             last_write = 0.0
             while True:
                 now = time.time()
@@ -127,7 +127,15 @@ def soak(args) -> int:
     return 0
 
 
-def _write_soak(args, header, samples, answers, ids, t_start, statuses) -> None:
+def _write_soak(
+    args: argparse.Namespace,
+    header: dict[str, Any],
+    samples: list[dict[str, Any]],
+    answers: list[dict[str, Any]],
+    ids: list[str],
+    t_start: float,
+    statuses: dict[str, dict[str, Any]],
+) -> None:
     elapsed = samples[-1]["t_s"]
     warm = [s["rss_mb"] for s in samples if args.warmup_min * 60 <= s["t_s"] < args.warmup_min * 60 + 300]
     tail = [s["rss_mb"] for s in samples if s["t_s"] >= elapsed - 300]
@@ -156,10 +164,10 @@ def _write_soak(args, header, samples, answers, ids, t_start, statuses) -> None:
     logger.info("streams soak %.0f s: %s", elapsed, summary)
 
 
-def faults(args) -> int:
+def faults(args: argparse.Namespace) -> int:
     from serve_app.testing.fake_camera import FakeCamera
 
-    out: dict = {"bench": "stream-faults", "command": "python -m benchmarks.cameras " + " ".join(args.argv),
+    out: dict[str, Any] = {"bench": "stream-faults", "command": "python -m benchmarks.cameras " + " ".join(args.argv),
                  "machine": machine(), "config": args.config, "pause_s": args.pause_s}
     with tempfile.TemporaryDirectory() as db, FakeCamera(seconds=4.0, fps=10, realtime=True, loop=True) as cam:
         base = local_serve.start(args.port, object_store_mb=1024)
@@ -181,7 +189,7 @@ def faults(args) -> int:
             r.raise_for_status()
             sid = r.json()["id"]
 
-            def status() -> dict | None:
+            def status() -> dict[str, Any] | None:
                 try:
                     s = httpx.get(f"{base}/v1/streams/{sid}", timeout=10)
                     return s.json() if s.status_code == 200 else None

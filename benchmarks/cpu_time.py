@@ -7,7 +7,7 @@ import statistics
 import subprocess
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 #: What a measured call returns.
 R = TypeVar("R")
@@ -28,6 +28,6 @@ def own_cpu_s(fn: Callable[[], R]) -> tuple[float, R]:
     return time.process_time() - t0, out
 
 
-def cpu_summary(xs: list[float]) -> dict:
+def cpu_summary(xs: list[float]) -> dict[str, Any]:
     """Median, minimum and every value of CPU-second samples (4 decimals)."""
     return {"median": round(statistics.median(xs), 4), "min": round(min(xs), 4), "all": [round(x, 4) for x in xs]}

@@ -95,7 +95,7 @@ def find_clip(name: str, dirs: list[Path]) -> Path:
     raise FileNotFoundError(f"{name} not found in {', '.join(map(str, dirs))}")
 
 
-def bench_clip(path: Path, has_b_frames: bool, repeats: int) -> dict:
+def bench_clip(path: Path, has_b_frames: bool, repeats: int) -> dict[str, Any]:
     """Measures one clip (see the module docstring)."""
     data = path.read_bytes()
     dec, lim = DecodeConfig(), LimitsConfig()
@@ -152,7 +152,7 @@ def bench_clip(path: Path, has_b_frames: bool, repeats: int) -> dict:
     }
 
 
-def window_workload(path: Path, start_s: float, end_s: float, repeats: int) -> dict:
+def window_workload(path: Path, start_s: float, end_s: float, repeats: int) -> dict[str, Any]:
     """CPU per request of the service's reference workload: a 10-s window at 4 fps (40 frames) from an upload."""
     data = path.read_bytes()
     dec, lim = DecodeConfig(), LimitsConfig()
@@ -171,7 +171,7 @@ def window_workload(path: Path, start_s: float, end_s: float, repeats: int) -> d
     }
 
 
-def resize_filters(path: Path, frames: int = 40) -> dict:
+def resize_filters(path: Path, frames: int = 40) -> dict[str, Any]:
     """Cost (ms/frame) and fidelity of resizing ``frames`` decoded frames to the budget size, per swscale filter.
 
     Fidelity: PSNR (dB) against torch's antialiased bicubic resize of the full-size RGB
@@ -196,7 +196,9 @@ def resize_filters(path: Path, frames: int = 40) -> dict:
         x = torch.from_numpy(f.to_ndarray(format="rgb24")).permute(2, 0, 1)[None].float()
         y = F.interpolate(x, size=(h, w), mode="bicubic", antialias=True).clamp(0, 255).round()
         refs.append(y[0].permute(1, 2, 0).numpy())
-    out: dict = {"clip": path.name, "from": [decoded[0].width, decoded[0].height], "to": [w, h], "filters": {}}
+    out: dict[str, Any] = {
+        "clip": path.name, "from": [decoded[0].width, decoded[0].height], "to": [w, h], "filters": {}
+    }
     for name in ("AREA", "BILINEAR", "BICUBIC", "FAST_BILINEAR"):
         scale, rgb, direct = VideoReformatter(), VideoReformatter(), VideoReformatter()
 
@@ -223,7 +225,7 @@ def resize_filters(path: Path, frames: int = 40) -> dict:
     return out
 
 
-def bad_input_reject_ms(data_dir: Path, repeats: int) -> dict:
+def bad_input_reject_ms(data_dir: Path, repeats: int) -> dict[str, Any]:
     """Wall milliseconds (median) until bad input is rejected, per kind."""
     bottle = find_clip("intel_bottle-detection.mp4", [data_dir, *CLIP_DIRS]).read_bytes()
     cases = {
@@ -245,7 +247,7 @@ def bad_input_reject_ms(data_dir: Path, repeats: int) -> dict:
     return out
 
 
-def machine() -> dict:
+def machine() -> dict[str, Any]:
     """The measuring machine."""
     model = ""
     with contextlib.suppress(OSError, StopIteration), open("/proc/cpuinfo") as cpuinfo:

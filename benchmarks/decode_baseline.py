@@ -10,6 +10,7 @@ import statistics
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from benchmarks.cpu_time import cpu_summary, own_cpu_s
@@ -21,7 +22,7 @@ from serve_app.protocol import FrameSampling
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _load_baseline(rev: str, tmp: str):
+def _load_baseline(rev: str, tmp: str) -> ModuleType:
     """The decoder module of git revision ``rev`` (``serve_app/decode/clip.py``; ``decoder.py`` at the package's
     top before the feature packages), imported from a copy renamed ``serve_app_baseline``."""
     import importlib
@@ -40,7 +41,7 @@ def _load_baseline(rev: str, tmp: str):
     return importlib.import_module("serve_app_baseline.decoder" if old_layout else "serve_app_baseline.decode.clip")
 
 
-def baseline_comparison(rev: str, clips: list[Path], repeats: int) -> dict:
+def baseline_comparison(rev: str, clips: list[Path], repeats: int) -> dict[str, Any]:
     """The decoder of git revision ``rev`` against the working tree's, call by call in this process.
 
     Each clip is decoded by both (one warm-up each), then ``repeats`` times alternately

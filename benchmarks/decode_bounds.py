@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import statistics
 from pathlib import Path
+from typing import Any, Literal
 
 import av
 import numpy as np
@@ -17,8 +18,10 @@ import numpy as np
 from benchmarks.cpu_time import own_cpu_s
 
 
-def _open_video(data: bytes, skip_nonref: bool, skip_loop_filter: bool):
-    c = av.open(io.BytesIO(data))
+def _open_video(
+    data: bytes, skip_nonref: bool, skip_loop_filter: bool
+) -> tuple[av.container.InputContainer, av.VideoStream]:
+    c = av.open(io.BytesIO(data), mode="r")
     s = c.streams.video[0]
     if skip_loop_filter:
         s.codec_context.options = {"skip_loop_filter": "all"}  # AVDISCARD_ALL for the deblocking filter
@@ -44,14 +47,14 @@ def pyav_decode_cpu_s(data: bytes, skip_nonref: bool, skip_loop_filter: bool = F
     return own_cpu_s(run)
 
 
-def ip_pictures_changed_without_b(data: bytes) -> dict:
+def ip_pictures_changed_without_b(data: bytes) -> dict[str, Any]:
     """I/P pictures whose luma differs from the exact decode when all B pictures are skipped.
 
     Returns ``{"changed": n, "of": n_ip}``; ``changed > 0`` means P pictures predict from
     B reference pictures (H.264 B-pyramid), so an exact sampler must decode those too.
     """
 
-    def luma(skip: str) -> dict:
+    def luma(skip: Literal["DEFAULT", "BIDIR"]) -> dict[int | None, np.ndarray]:
         c, s = _open_video(data, False, False)
         with c:
             s.codec_context.skip_frame = skip
@@ -62,7 +65,7 @@ def ip_pictures_changed_without_b(data: bytes) -> dict:
     return {"changed": changed, "of": len(no_b)}
 
 
-def loop_filter_psnr_db(data: bytes) -> dict:
+def loop_filter_psnr_db(data: bytes) -> dict[str, Any]:
     """Luma PSNR (dB) of the reference pictures decoded without deblocking against the exact decode.
 
     Returns ``{"min": dB, "median": dB}`` over the pictures (99 dB stands for identical).
@@ -80,7 +83,7 @@ def loop_filter_psnr_db(data: bytes) -> dict:
     return {"min": round(min(psnr), 1), "median": round(statistics.median(psnr), 1)}
 
 
-def describe_clip(path: Path) -> dict:
+def describe_clip(path: Path) -> dict[str, Any]:
     """Codec, size, rate, length and picture-type counts of a clip."""
     with av.open(str(path)) as c:
         s = c.streams.video[0]

@@ -47,6 +47,7 @@ import platform
 import sys
 import time
 import tracemalloc
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -131,7 +132,7 @@ def _plain_decode(data: bytes) -> Reference | None:  # noqa: C901 - the referenc
         size = first = None
         damaged = False  # since the last decode error or corrupt picture, until a clean keyframe
 
-        def take(out, hurt: bool = False) -> None:
+        def take(out: Iterable[av.VideoFrame], hurt: bool = False) -> None:
             nonlocal size, first, damaged
             for f in out:
                 if size is None:
@@ -211,7 +212,7 @@ def _thumb(img: np.ndarray) -> np.ndarray:
     return np.array([[grey[ys[i] : ys[i + 1], xs[j] : xs[j + 1]].mean() for j in range(THUMB)] for i in range(THUMB)])
 
 
-def check(name: str, data: bytes, ref: Reference | None, start_s: float | None, end_s: float | None) -> dict:  # noqa: C901 - a flat list of truth rules, one branch each, reported together
+def check(name: str, data: bytes, ref: Reference | None, start_s: float | None, end_s: float | None) -> dict[str, Any]:  # noqa: C901 - a flat list of truth rules, one branch each, reported together
     """One request of one input: the service's decode against the reference. Returns the report row."""
     dec, lim = DecodeConfig(), LimitsConfig()
     window = None if start_s is None or end_s is None else [round(start_s, 3), round(end_s, 3)]
@@ -321,10 +322,11 @@ def _nearest_dist(times: np.ndarray, targets: np.ndarray) -> np.ndarray:
     pos = np.searchsorted(s, targets)
     left = np.abs(targets - s[np.clip(pos - 1, 0, len(s) - 1)])
     right = np.abs(s[np.clip(pos, 0, len(s) - 1)] - targets)
-    return np.minimum(left, right)
+    nearest: np.ndarray = np.minimum(left, right)
+    return nearest
 
 
-def evaluate(name: str, kind: str, data: bytes, description: str = "") -> dict:
+def evaluate(name: str, kind: str, data: bytes, description: str = "") -> dict[str, Any]:
     """Both requests (whole clip, 30–60 % window) of one input; ``verdict`` ok/fail."""
     ref = plain_decode(data)
     entry = {"input": name, "kind": kind, "bytes": len(data), "description": description,

@@ -43,7 +43,7 @@ from benchmarks.workload import (
     OUTPUT_TOKENS,
     QUESTION,
     SYSTEM_PROMPT,
-    decode_file,
+    decode_frames,
     summary,
     window_files,
 )
@@ -116,7 +116,9 @@ def _timeline(rows: list[dict[str, float]], prompt_tokens: int) -> dict[str, Any
     }
 
 
-async def _burst(llm: Any, prompts: list[dict], sampling: Any, tag: str, stagger_s: float = 0.0) -> dict[str, Any]:
+async def _burst(
+    llm: Any, prompts: list[dict[str, Any]], sampling: Any, tag: str, stagger_s: float = 0.0
+) -> dict[str, Any]:
     """Runs one burst; ``stagger_s`` spreads the submissions evenly over that many seconds."""
     t0 = time.perf_counter()
     ttft: list[float] = []
@@ -124,7 +126,7 @@ async def _burst(llm: Any, prompts: list[dict], sampling: Any, tag: str, stagger
     ptoks: set[int] = set()
     n_tokens = 0
 
-    async def one(i: int, prompt: dict) -> None:
+    async def one(i: int, prompt: dict[str, Any]) -> None:
         nonlocal n_tokens
         if stagger_s:
             await asyncio.sleep(stagger_s * i / max(len(prompts) - 1, 1))
@@ -160,7 +162,7 @@ async def _burst(llm: Any, prompts: list[dict], sampling: Any, tag: str, stagger
     return out
 
 
-def _prompts(clips: list[Any], mode: str, extra_processor_kwargs: dict[str, Any]) -> list[dict]:
+def _prompts(clips: list[Any], mode: str, extra_processor_kwargs: dict[str, Any]) -> list[dict[str, Any]]:
     """Engine prompts for the clips, each with a fresh multimodal id (no cache can serve it)."""
     from serve_app.decode.vision_patches import video_input
     from serve_app.model.family import family_for
@@ -192,7 +194,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     from serve_app.model_facts import COSMOS_REPETITION_PENALTY, COSMOS_TEMPERATURE, COSMOS_TOP_P
 
     files = window_files(args)
-    decoded = [decode_file(f).frames for f in files[: 1 + args.inflight]]
+    decoded = [decode_frames(f) for f in files[: 1 + args.inflight]]
     clips: list[Any] = [patchify(fr, 4.0) for fr in decoded] if args.input == "patches" else decoded
     model_cfg = app_config_from_file(args.serve_config).model
     engine_args = {**model_cfg.engine_args, **BASE_ENGINE_ARGS, **json.loads(args.engine_args)}

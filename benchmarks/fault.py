@@ -43,7 +43,7 @@ CAMERA_QUERY = traffic.ClipQuery(local_serve.CLIP, "Is anyone in danger?", start
 CAMERA_MAX_TOKENS = 4
 
 
-def fault_app_args(**overrides) -> dict:
+def fault_app_args(**overrides: Any) -> dict[str, Any]:
     """The graph with the weightless scripted engine (fast, fault-injectable) and two decode replicas."""
     base: dict[str, Any] = {
         "model": {"backend": SCRIPTED, "checkpoint": None, "served_model_name": "scripted", "warmup": False,
@@ -60,7 +60,7 @@ def fault_app_args(**overrides) -> dict:
 def decoder_kill_run(
     url: str, app: str, *, cameras: int = 4, warmup_s: float = 6.0, after_s: float = 6.0,
     recovery_timeout_s: float = 60.0,
-) -> dict:
+) -> dict[str, Any]:
     """Kills one decode replica under a ``cameras``-camera load; returns what happened.
 
     Returns a dict with (times in seconds from the start of the load):
@@ -70,7 +70,7 @@ def decoder_kill_run(
         start_s, end_s, status, error; status 0 = client timeout), ``after_recovery``
         (requests started after the replacement: total and ok).
     """
-    held: dict = {}
+    held: dict[str, Any] = {}
     records: list[RequestRecord] = []
     started = threading.Event()
 
@@ -135,7 +135,7 @@ def _ask(url: str, question: str, timeout_s: float = 30) -> httpx.Response:
     )
 
 
-def engine_death_run(url: str, *, recovery_timeout_s: float = 60.0) -> dict:
+def engine_death_run(url: str, *, recovery_timeout_s: float = 60.0) -> dict[str, Any]:
     """Kills the model replica's engine with one request; returns when a new engine answered.
 
     Returns a dict: ``engine_before``, ``engine_after`` (the scripted engine's instance names),

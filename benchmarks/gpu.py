@@ -49,7 +49,7 @@ from benchmarks.workload import OUTPUT_TOKENS, QUESTION, SYSTEM_PROMPT, run_figu
 logger = logging.getLogger(__name__)
 
 
-def _side_main(args) -> None:
+def _side_main(args: argparse.Namespace) -> None:
     files = window_files(args)
     if args.side == "plain":
         result = asyncio.run(plain_side(args, files))
@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def table(report: dict) -> list[str]:
+def table(report: dict[str, Any]) -> list[str]:
     """A Markdown table of the headline figures (for the README)."""
     rows = ["| side | clips/s | output tok/s | TTFT p50 / p95 (s) | e2e p50 / p95 (s) | single-clip TTFT p50 (s) |",
             "|---|---|---|---|---|---|"]

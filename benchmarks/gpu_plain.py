@@ -8,6 +8,7 @@ settings, fed the decoded frames of the window files in ``multi_modal_data``, wi
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import time
@@ -20,20 +21,22 @@ from benchmarks.workload import (
     OUTPUT_TOKENS,
     QUESTION,
     SYSTEM_PROMPT,
-    decode_file,
+    decode_frames,
     run_figures,
     split_run,
     summary,
 )
 
 
-async def _plain_run(llm, prompts: list[dict], sampling, tag: str, prompt_tokens: list | None = None):
+async def _plain_run(
+    llm: Any, prompts: list[dict[str, Any]], sampling: Any, tag: str, prompt_tokens: list[int] | None = None
+) -> tuple[float, int, list[float], list[float]]:
     t0 = time.perf_counter()
     ttft: list[float] = []
     e2e: list[float] = []
     n_tokens = 0
 
-    async def one(i: int, prompt: dict):
+    async def one(i: int, prompt: dict[str, Any]) -> None:
         nonlocal n_tokens
         first = None
         async for out in llm.generate(prompt, sampling, f"{tag}-{i}"):
@@ -49,7 +52,7 @@ async def _plain_run(llm, prompts: list[dict], sampling, tag: str, prompt_tokens
     return time.perf_counter() - t0, n_tokens, ttft, e2e
 
 
-async def plain_side(args, files: list[Path]) -> dict:
+async def plain_side(args: argparse.Namespace, files: list[Path]) -> dict[str, Any]:
     """Runs the plain sides on ``files`` (``args``: the bench's options); their results by side name."""
     from vllm import SamplingParams
     from vllm.engine.arg_utils import AsyncEngineArgs
@@ -68,8 +71,7 @@ async def plain_side(args, files: list[Path]) -> dict:
                               top_p=COSMOS_TOP_P, repetition_penalty=COSMOS_REPETITION_PENALTY,
                               output_kind=RequestOutputKind.DELTA)
     text = render_prompt(QUESTION, SYSTEM_PROMPT)
-    clips = [decode_file(f) for f in files]
-    frames = [c.frames for c in clips]
+    frames = [decode_frames(f) for f in files]
     assert all(f.shape == (40, 420, 756, 3) for f in frames), [f.shape for f in frames]
     sides: dict[str, Any] = {}
     variants: dict[str, dict[str, Any]] = {

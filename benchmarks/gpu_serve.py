@@ -7,6 +7,7 @@ engine's per-stage timing rows. Runs in its own process (``--side NAME``).
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import os
@@ -31,7 +32,7 @@ from benchmarks.workload import (
 logger = logging.getLogger(__name__)
 
 
-def _serve_args(args, overrides: dict) -> dict:
+def _serve_args(args: argparse.Namespace, overrides: dict[str, Any]) -> dict[str, Any]:
     from serve_app.config import app_config_from_file
 
     cfg = app_config_from_file(args.serve_config).model_dump(mode="json")
@@ -58,7 +59,7 @@ def query_body(path: Path) -> dict[str, Any]:
             "stream": True}
 
 
-async def _http_run(url: str, files: list[Path]) -> tuple[float, int, list, list, list]:
+async def _http_run(url: str, files: list[Path]) -> tuple[float, int, list[float], list[float], list[dict[str, Any]]]:
     """All ``files`` at once to the graph's query route (loadtest's client); wall, tokens, TTFT, e2e, timings."""
     recs = await send_batch(url, [query_body(f) for f in files], "/v1/video/query")
     server = [{"decode_ms": r.decode_ms, "queue_ms": r.queue_ms, "model_ms": r.model_ms, "ttft_ms": r.server_ttft_ms,
@@ -92,7 +93,7 @@ def _engine_breakdown(path: Path, request_ids: set[str] | None = None) -> dict[s
     return out
 
 
-def _profile(pid_pattern: str, seconds: int, out_svg: Path, out_txt: Path) -> subprocess.Popen | None:
+def _profile(pid_pattern: str, seconds: int, out_svg: Path, out_txt: Path) -> subprocess.Popen[bytes] | None:
     """Starts ``py-spy record`` (flame graph, subprocesses included) on the first process matching."""
     import shutil
 
@@ -107,7 +108,9 @@ def _profile(pid_pattern: str, seconds: int, out_svg: Path, out_txt: Path) -> su
     return subprocess.Popen(cmd, stdout=open(out_txt, "w"), stderr=subprocess.STDOUT)
 
 
-async def serve_side(args, files: list[Path], name: str, overrides: dict) -> dict:
+async def serve_side(
+    args: argparse.Namespace, files: list[Path], name: str, overrides: dict[str, Any]
+) -> dict[str, Any]:
     """Runs the Serve side ``name`` (config ``overrides``) on ``files``; its result by side name."""
     import ray
     from ray import serve
@@ -153,7 +156,7 @@ async def serve_side(args, files: list[Path], name: str, overrides: dict) -> dic
         spy.wait(timeout=args.profile_s + 60)
     rows = timings.read_text().splitlines() if timings.exists() else []
     batch_ids = {json.loads(r)["request_id"] for r in rows[n_single_rows:] if r.strip()}
-    serve.shutdown()
+    serve.shutdown()  # type: ignore[no-untyped-call]  # unannotated in Ray
     ray.shutdown()
     return {
         name: {

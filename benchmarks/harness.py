@@ -31,9 +31,10 @@ def add_serve_options(ap: argparse.ArgumentParser, port: int, out: str) -> None:
                     help="Ray object store size (MiB); 0: Ray's default (30%% of RAM)")
 
 
-def app_of(config: str) -> dict:
+def app_of(config: str) -> dict[str, Any]:
     """The first application of a Serve config (``name``, ``import_path``, ``args``…)."""
-    return load_serve_config(config)["applications"][0]
+    app: dict[str, Any] = load_serve_config(config)["applications"][0]
+    return app
 
 
 def object_store(args: argparse.Namespace) -> int | str:

@@ -7,6 +7,7 @@ import dataclasses
 import os
 import time
 from collections.abc import Callable
+from typing import Any
 
 from benchmarks import replicas
 
@@ -31,7 +32,7 @@ class RssSample:
     loadavg_1m: float
     phase: str
 
-    def row(self) -> dict:
+    def row(self) -> dict[str, Any]:
         """The sample as written in result files (MiB, one decimal)."""
         return {"t_s": self.t_s, "rss_mb": mib(self.rss_bytes), "private_mb": mib(self.private_bytes),
                 "processes": self.processes, "phase": self.phase, "loadavg_1m": self.loadavg_1m}

@@ -20,6 +20,7 @@ import functools
 import io
 from collections.abc import Callable
 from fractions import Fraction
+from typing import Any
 
 import av
 from av.bitstream import BitStreamFilterContext
@@ -41,7 +42,7 @@ def _packets(data: bytes) -> tuple[list[tuple[int, int, bool]], Fraction]:
 
 
 def _remux(data: bytes, fmt: str, *, shift_s: float = 0.0, equal_ts: bool = False, bsf: str | None = None,
-           rotation_ccw: int | None = None, options: dict | None = None) -> bytes:  # fmt: skip
+           rotation_ccw: int | None = None, options: dict[str, Any] | None = None) -> bytes:  # fmt: skip
     src = av.open(io.BytesIO(data), "r")
     ist = src.streams.video[0]
     sink = io.BytesIO()

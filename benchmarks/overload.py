@@ -27,6 +27,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Sequence
+from typing import Any
 
 from benchmarks import harness, replicas
 from benchmarks.memory import RssSample, RssSampler, mib
@@ -45,13 +46,13 @@ WINDOW_S = (5, 15)
 TIMEOUT_S = 300
 
 
-def request_fields(max_tokens: int) -> dict:
+def request_fields(max_tokens: int) -> dict[str, Any]:
     """Form fields of one bench request (a 10-s window, fixed output length), as the result file states them."""
     return {"question": QUESTION, "start_s": WINDOW_S[0], "end_s": WINDOW_S[1], "max_tokens": max_tokens,
             "ignore_eos": "true"}
 
 
-def latency_summary(latencies_s: Sequence[float]) -> dict:
+def latency_summary(latencies_s: Sequence[float]) -> dict[str, Any]:
     """p50/p95/p99 and max of a list of seconds (3 decimals; None when empty)."""
     top = round(max(latencies_s), 3) if latencies_s else None
     return percentiles(latencies_s, (50, 95, 99), digits=3) | {"max": top}
@@ -68,7 +69,7 @@ def latency_s(r: RequestRecord) -> float:
     return r.latency_ms / 1000
 
 
-def summarize(records: Sequence[RequestRecord]) -> dict:
+def summarize(records: Sequence[RequestRecord]) -> dict[str, Any]:
     """Counts by status and latency percentiles (s) of accepted (200) and rejected (503) requests."""
     done = [r for r in records if r.done_s is not None]
     return {
@@ -80,10 +81,10 @@ def summarize(records: Sequence[RequestRecord]) -> dict:
     }
 
 
-def memory_summary(sampler: RssSampler, at_overload_end: list[dict]) -> dict:
+def memory_summary(sampler: RssSampler, at_overload_end: list[dict[str, Any]]) -> dict[str, Any]:
     """RSS by phase, the overload phase's growth over the capacity peak and its first/second-half maxima."""
 
-    def phase_rss(samples: list[RssSample]) -> dict | None:
+    def phase_rss(samples: list[RssSample]) -> dict[str, Any] | None:
         if not samples:
             return None
         rss = [s.rss_bytes for s in samples]
@@ -113,7 +114,7 @@ def memory_summary(sampler: RssSampler, at_overload_end: list[dict]) -> dict:
     }
 
 
-async def run(url: str, args) -> dict:
+async def run(url: str, args: argparse.Namespace) -> dict[str, Any]:
     """Both phases with the RSS sampler running; returns the result dict."""
     sampler = RssSampler()
     stop = asyncio.Event()

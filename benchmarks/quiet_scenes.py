@@ -22,6 +22,7 @@ import argparse
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import av
 import numpy as np
@@ -51,7 +52,9 @@ def clip_windows(path: Path, config: AppConfig) -> tuple[list[Window[np.ndarray]
     return windows, time.perf_counter() - t0
 
 
-def run_policy(lumas: list[list[np.ndarray]], threshold: float, max_skip_s: float) -> tuple[list[dict], float]:
+def run_policy(
+    lumas: list[list[np.ndarray]], threshold: float, max_skip_s: float
+) -> tuple[list[dict[str, Any]], float]:
     """Runs the policy over windows of grey frames; per-window decisions and the measure's seconds."""
     policy = QuietScenePolicy(threshold, max_skip_s)
     out, spent_s = [], 0.0
@@ -68,7 +71,7 @@ def run_policy(lumas: list[list[np.ndarray]], threshold: float, max_skip_s: floa
 
 
 def report(name: str, lumas: list[list[np.ndarray]], motion: set[int], thresholds: list[float],
-           max_skip_s: float, decode_s: float | None) -> dict:
+           max_skip_s: float, decode_s: float | None) -> dict[str, Any]:
     rows = {}
     for threshold in thresholds:
         decisions, spent_s = run_policy(lumas, threshold, max_skip_s)
@@ -79,7 +82,7 @@ def report(name: str, lumas: list[list[np.ndarray]], motion: set[int], threshold
             "measure_ms_per_window": round(1000 * spent_s / max(1, len(decisions)), 3),
             "decisions": decisions,
         }
-    out: dict = {"clip": name, "labelled_motion": sorted(motion), "by_threshold": rows}
+    out: dict[str, Any] = {"clip": name, "labelled_motion": sorted(motion), "by_threshold": rows}
     if decode_s is not None:
         out["decode_and_scale_ms_per_window"] = round(1000 * decode_s / max(1, len(lumas)), 1)
     return out

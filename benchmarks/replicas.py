@@ -9,12 +9,13 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 #: Serve's actor class names as they appear in process titles (``ray::<Class>``).
 SERVE_PROCESS_TITLES = ("ServeController", "ProxyActor", "ServeReplica")
 
 
-def serve_processes(root_pid: int | None = None) -> list:
+def serve_processes(root_pid: int | None = None) -> list[Any]:
     """psutil processes of Serve's controller, proxy and replicas of *this* Ray instance.
 
     Only descendants of ``root_pid`` (default: this process, whose ``ray.init`` started the
@@ -34,7 +35,7 @@ def serve_processes(root_pid: int | None = None) -> list:
     return procs
 
 
-def serve_memory(root_pid: int | None = None) -> list[dict]:
+def serve_memory(root_pid: int | None = None) -> list[dict[str, Any]]:
     """Per Serve process: title, RSS and its shared part in MiB (shared: mostly Ray's object
     store, a shared-memory map whose touched pages count in every process that touched them)."""
     import psutil

@@ -7,9 +7,10 @@ import os
 import platform
 import sys
 from pathlib import Path
+from typing import Any
 
 
-def machine() -> dict:
+def machine() -> dict[str, Any]:
     """Where a bench ran: CPU count, platform, Python, and the 1/5/15-minute load averages now."""
     return {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
             "load_average_1_5_15": [round(x, 2) for x in os.getloadavg()]}
@@ -20,7 +21,7 @@ def command(module: str, argv: list[str] | None) -> str:
     return f"python -m {module} " + " ".join(sys.argv[1:] if argv is None else argv)
 
 
-def write_result(path: str | Path, result: dict) -> Path:
+def write_result(path: str | Path, result: dict[str, Any]) -> Path:
     """Writes a bench result as indented JSON (creating the folder); returns the path."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)

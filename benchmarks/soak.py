@@ -29,7 +29,7 @@ import asyncio
 import logging
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from benchmarks import harness, replicas
@@ -55,7 +55,7 @@ GOAL_RSS_GROWTH_PCT = 5.0
 TIMEOUT_S = 300
 
 
-def outcome(r: RequestRecord) -> dict:
+def outcome(r: RequestRecord) -> dict[str, Any]:
     """A request as the result file lists it: camera, start/end (s since the soak began), latency, status, error."""
     end = r.done_s if r.done_s is not None else r.stopped_s
     error = None if r.ok else ": ".join(x for x in (r.error_type or r.error_kind, r.error_message) if x)
@@ -63,7 +63,7 @@ def outcome(r: RequestRecord) -> dict:
             "latency_s": None if end is None else round(end - r.sent_s, 3), "status": r.status, "error": error}
 
 
-def minute_stats(outcomes: list[dict], rss: Sequence[RssSample], duration_s: float) -> list[dict]:
+def minute_stats(outcomes: list[dict[str, Any]], rss: Sequence[RssSample], duration_s: float) -> list[dict[str, Any]]:
     """Per-minute requests, errors, latency p50/p95 (s) and mean RSS (MiB)."""
     rows = []
     for m in range(int(duration_s // 60)):
@@ -86,11 +86,13 @@ def minute_stats(outcomes: list[dict], rss: Sequence[RssSample], duration_s: flo
     return rows
 
 
-def verdict(rows: list[dict], warmup_min: int, outcomes: list[dict]) -> dict:
+def verdict(rows: list[dict[str, Any]], warmup_min: int, outcomes: list[dict[str, Any]]) -> dict[str, Any]:
     """RSS growth after warm-up (mean of the last 5 minutes vs. the 5 after warm-up) and error count."""
     after = [r for r in rows if r["minute"] >= warmup_min and r["rss_mean_mb"] is not None]
     errors = sum(1 for o in outcomes if o["status"] != 200)
-    out: dict = {"errors": errors, "requests": len(outcomes), "goal_rss_growth_pct_below": GOAL_RSS_GROWTH_PCT}
+    out: dict[str, Any] = {
+        "errors": errors, "requests": len(outcomes), "goal_rss_growth_pct_below": GOAL_RSS_GROWTH_PCT
+    }
     if len(after) >= 10:
         first = sum(r["rss_mean_mb"] for r in after[:5]) / 5
         last = sum(r["rss_mean_mb"] for r in after[-5:]) / 5
@@ -110,13 +112,15 @@ def verdict(rows: list[dict], warmup_min: int, outcomes: list[dict]) -> dict:
     return out
 
 
-async def soak(url: str, args, write) -> None:
+async def soak(
+    url: str, args: argparse.Namespace, write: Callable[[list[dict[str, Any]], list[RssSample], float], None]
+) -> None:
     """Runs the cameras and the sampler; calls ``write(outcomes, rss, elapsed_s)`` every minute."""
     held: list[Runner] = []
     t0 = time.monotonic()
     last_write = [t0]
 
-    def finished(records: Sequence[RequestRecord]) -> list[dict]:
+    def finished(records: Sequence[RequestRecord]) -> list[dict[str, Any]]:
         return [outcome(r) for r in records if r.done_s is not None or r.stopped_s is not None]
 
     def on_sample(_: RssSample) -> None:
@@ -173,7 +177,7 @@ def main(argv: list[str] | None = None) -> None:
                      "warmup_min": args.warmup_min, "request": FIELDS, "upload_bytes": CLIP.stat().st_size},
     }
 
-    def write(outcomes: list[dict], rss: list[RssSample], elapsed_s: float) -> None:
+    def write(outcomes: list[dict[str, Any]], rss: list[RssSample], elapsed_s: float) -> None:
         rows = minute_stats(outcomes, rss, elapsed_s)
         write_result(args.out, {
             **header,

@@ -19,6 +19,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
+from collections.abc import Iterable
+from typing import Any
 
 from ray import serve
 
@@ -28,7 +30,7 @@ from loadtest import traffic
 from serve_app.testing import local_serve
 
 
-def _cpu_by_kind(procs) -> dict[str, float]:
+def _cpu_by_kind(procs: Iterable[Any]) -> dict[str, float]:
     out: dict[str, float] = {}
     for p in procs:
         try:
@@ -59,7 +61,9 @@ async def _streams(url: str, n: int, tokens: int) -> tuple[float, int, list[int]
     return wall, sum(r.completion_tokens or 0 for r in records), [r.delta_events for r in records]
 
 
-def run(intervals_ms: list[float], inflight: int, tokens: int, port: int, argv: list[str] | None = None) -> dict:
+def run(
+    intervals_ms: list[float], inflight: int, tokens: int, port: int, argv: list[str] | None = None
+) -> dict[str, Any]:
     """Runs the bench for each interval; returns the result document."""
     results = []
     with local_serve.running(port) as url:

@@ -58,7 +58,9 @@ def chat_body(model: str, path: Path, extra: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-async def openai_run(url: str, model: str, files: list[Path], extra: dict[str, Any]):
+async def openai_run(
+    url: str, model: str, files: list[Path], extra: dict[str, Any]
+) -> tuple[float, int, list[float], list[float], list[int]]:
     """One streamed chat request per file, all at once (loadtest's client).
 
     Returns:
@@ -69,7 +71,7 @@ async def openai_run(url: str, model: str, files: list[Path], extra: dict[str, A
     return wall, tokens, ttft, e2e, [r.prompt_tokens for r in recs if r.prompt_tokens is not None]
 
 
-def _wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float) -> None:
+def _wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout_s: float) -> None:
     import httpx
 
     t0 = time.monotonic()

@@ -13,21 +13,26 @@ file (:func:`cut_window_files`: re-encoded, a keyframe at the first frame, exact
 frames, so no side sees more or less of the clip). Every side sends its requests with
 :func:`send_batch` (the load tester's client) and reads its figures with :func:`batch_figures` and
 :func:`run_figures`. The run's window files: :func:`window_files`; one decoded by the project's decoder:
-:func:`decode_file`; the engine arguments every side shares: :data:`BASE_ENGINE_ARGS`.
+:func:`decode_frames`; the engine arguments every side shares: :data:`BASE_ENGINE_ARGS`.
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import statistics
 from concurrent.futures import ProcessPoolExecutor
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loadtest import statistics as stats
+from loadtest.records import RequestRecord
 from loadtest.traffic import batch_json
 from serve_app.model_facts import DEFAULT_SYSTEM_PROMPT
+
+if TYPE_CHECKING:
+    import numpy as np
 
 QUESTION = "Is anyone in this scene in danger? Answer with reasoning."
 SYSTEM_PROMPT = DEFAULT_SYSTEM_PROMPT
@@ -70,13 +75,13 @@ class RunFiles:
     """What one bench side sends, in order: ``warmup`` (one clip, untimed), ``warm_burst`` (untimed,
     all at once), ``single`` (one at a time, timed), ``batch`` (all at once, timed)."""
 
-    warmup: list
-    warm_burst: list
-    single: list
-    batch: list
+    warmup: list[Any]
+    warm_burst: list[Any]
+    single: list[Any]
+    batch: list[Any]
 
 
-def split_run(files: list, single: int, inflight: int, warm_burst: int = 0) -> RunFiles:
+def split_run(files: list[Any], single: int, inflight: int, warm_burst: int = 0) -> RunFiles:
     """Splits a side's distinct window files: ``[0]`` warm-up, then ``single``, then ``inflight``;
     the warm burst takes the last ``warm_burst`` files, so it never reuses a timed window.
 
@@ -94,7 +99,7 @@ def split_run(files: list, single: int, inflight: int, warm_burst: int = 0) -> R
     )
 
 
-def summary(latencies_s: list[float]) -> dict:
+def summary(latencies_s: list[float]) -> dict[str, Any]:
     """Mean, p50 and p95 of a list of seconds, 4 decimals (:func:`loadtest.statistics.percentiles`)."""
     return {"mean": round(statistics.fmean(latencies_s), 4) if latencies_s else None,
             **stats.percentiles(latencies_s, (50, 95), digits=4)}
@@ -137,7 +142,7 @@ def cut_window_files(wins: list[Window], out_dir: Path, workers: int = 8) -> lis
     return paths
 
 
-async def send_batch(url: str, bodies: list[dict[str, Any]], route: str) -> list:
+async def send_batch(url: str, bodies: list[dict[str, Any]], route: str) -> list[RequestRecord]:
     """Sends every body at once with loadtest's client; raises on the first failed request."""
     recs = await batch_json(url, bodies, route=route, request_timeout_s=900)
     if bad := [r for r in recs if not r.ok]:
@@ -146,15 +151,19 @@ async def send_batch(url: str, bodies: list[dict[str, Any]], route: str) -> list
     return recs
 
 
-def batch_figures(recs: list) -> tuple[float, int, list[float], list[float]]:
+def batch_figures(recs: list[RequestRecord]) -> tuple[float, int, list[float], list[float]]:
     """(wall s, completion tokens, TTFT s, e2e s) of one batch, times from its first send."""
     t0 = min(r.sent_s for r in recs)
     ttft = [float("nan") if r.first_token_s is None else r.first_token_s - t0 for r in recs]
-    e2e = [r.done_s - t0 for r in recs]
+    e2e = [r.done_s - t0 for r in recs if r.done_s is not None]
+    if len(e2e) < len(recs):  # send_batch raises on an unfinished request first
+        raise ValueError(f"{len(recs) - len(e2e)} of {len(recs)} requests never finished")
     return max(e2e), sum(r.completion_tokens or 0 for r in recs), ttft, e2e
 
 
-def run_figures(name: str, wall_s: float, n: int, out_tokens: int, ttft: list[float], e2e: list[float]) -> dict:
+def run_figures(
+    name: str, wall_s: float, n: int, out_tokens: int, ttft: list[float], e2e: list[float]
+) -> dict[str, Any]:
     """The figures of one timed run of ``n`` clips: clips/s, output tokens/s, TTFT and end-to-end summaries."""
     return {
         "clips": n,
@@ -166,7 +175,7 @@ def run_figures(name: str, wall_s: float, n: int, out_tokens: int, ttft: list[fl
     }
 
 
-def window_files(args) -> list[Path]:
+def window_files(args: argparse.Namespace) -> list[Path]:
     """The run's window files (cut once; reused when ``--windows-dir`` already holds them)."""
     import av
 
@@ -180,10 +189,18 @@ def window_files(args) -> list[Path]:
     return cut_window_files(windows(Path(args.clip).resolve(), n, duration), out)
 
 
-def decode_file(path: Path):
-    """Decodes one whole window file with the project's decoder (4 fps, Cosmos pixel budget)."""
+def decode_frames(path: Path) -> np.ndarray:
+    """The frames of one whole window file, decoded by the project's decoder (4 fps, Cosmos pixel budget):
+    ``(T, H, W, 3) uint8`` RGB.
+
+    Raises:
+        ServeAppError: the decoder's refusal of the file.
+    """
     from serve_app.config import DecodeConfig, LimitsConfig
     from serve_app.decode.clip import decode_clip
     from serve_app.protocol import FrameSampling
 
-    return decode_clip(path, FrameSampling(fps=4.0, max_frames=128), DecodeConfig(), LimitsConfig())
+    clip = decode_clip(path, FrameSampling(fps=4.0, max_frames=128), DecodeConfig(), LimitsConfig())
+    if clip.frames is None:  # only a clip handed to the model has dropped its frames
+        raise ValueError(f"{path.name}: the decoder returned no frames")
+    return clip.frames

@@ -3,11 +3,12 @@
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from benchmarks.gpu_serve import _engine_breakdown, query_body
 from benchmarks.vllm_serve import chat_body
-from benchmarks.workload import QUESTION, SYSTEM_PROMPT, cut_window_files, decode_file, windows
+from benchmarks.workload import QUESTION, SYSTEM_PROMPT, cut_window_files, decode_frames, windows
 
 CLIP = Path(__file__).resolve().parents[2] / "data" / "intel_car-detection.mp4"
 
@@ -17,9 +18,9 @@ def test_window_files_hold_exactly_one_window_each(tmp_path):
     files = cut_window_files(wins, tmp_path, workers=2)
     assert [f.name for f in files] == ["win-000.mp4", "win-001.mp4"]
     for f in files:
-        clip = decode_file(f)
+        frames = decode_frames(f)
         # 10 s at 4 fps, sized by the Cosmos pixel budget: the reference workload's 40 frames of 420×756
-        assert clip.frames.shape == (40, 420, 756, 3)
+        assert frames.shape == (40, 420, 756, 3) and frames.dtype == np.uint8
     # distinct windows, not the same bytes twice
     assert files[0].read_bytes() != files[1].read_bytes()
 
