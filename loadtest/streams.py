@@ -73,7 +73,7 @@ class EventReader:
                         if self._stop.is_set():
                             return
                         if sse.id:
-                            last = int(sse.id)
+                            last = sse.id  # opaque: one position per stream worker (serve_app/cameras/shards.py)
                         if not sse.data:
                             continue
                         data = json.loads(sse.data)

@@ -1,7 +1,7 @@
 """The application builder: the ``import_path`` of every Serve config.
 
 ``serve run configs/cpu.yaml`` calls :func:`build_app` with the YAML's
-``args:``; the graph is Ingress → VideoDecoder → VideoModel (and Ingress → StreamWorker →
+``args:``; the graph is Ingress → VideoDecoder → VideoModel (and Ingress → StreamWorker(s) →
 VideoModel for live cameras), composed with
 ``DeploymentHandle``s.
 """
@@ -69,6 +69,12 @@ class BuildRefusedError(HardwareError, RayServeException):
     """
 
 
+def stream_worker_name(shard: int) -> str:
+    """The deployment name of stream worker ``shard``: ``StreamWorker``, then ``StreamWorker1``, ``StreamWorker2`` …
+    (worker 0 keeps the one-worker name, so logs, metrics and dashboards of one worker read as before)."""
+    return "StreamWorker" if shard == 0 else f"StreamWorker{shard}"
+
+
 def as_deployment(cls: object) -> Deployment:
     """The :class:`ray.serve.Deployment` that a ``@serve.deployment`` class became.
 
@@ -104,5 +110,10 @@ def build_app(args: dict[str, Any] | None = None) -> Application:
     ingress["max_ongoing_requests"] = ingress_slots(config)
     if config.streams.max_streams == 0:
         return as_deployment(Ingress).options(**ingress).bind(cfg, decoder, model)
-    worker = as_deployment(StreamWorker).options(**config.stream_worker.ray_options()).bind(cfg, model)
-    return as_deployment(Ingress).options(**ingress).bind(cfg, decoder, model, worker)
+    workers = [
+        as_deployment(StreamWorker)
+        .options(name=stream_worker_name(k), **config.stream_worker.ray_options())
+        .bind(cfg, model, k)
+        for k in range(config.streams.workers)
+    ]
+    return as_deployment(Ingress).options(**ingress).bind(cfg, decoder, model, workers)

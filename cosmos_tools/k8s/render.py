@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import copy
 import io
+import math
 import re
 from collections.abc import Mapping, MutableMapping
 from pathlib import Path
@@ -123,8 +124,12 @@ def render_serve_config(doc: Mapping[str, Any], source: str = DEFAULT_CONFIG) ->
 def _place_streams(args: dict[str, Any], config: AppConfig, where: str) -> dict[str, Any]:
     """``args`` with the stream database on its volume and the stream worker pinned next to it (rule 4).
 
+    With ``streams.workers: N`` each of the N stream-worker deployments asks for 1/N of the unit (rounded
+    down to Ray's 0.0001 resource granularity), so all of them land on the one pod with the volume.
+
     Raises:
-        RenderError: the config names another ``streams.db_path``, or more than one stream-worker replica.
+        RenderError: the config names another ``streams.db_path`` (more than one replica per stream worker is
+            refused by the config itself, :class:`serve_app.config.AppConfig`).
     """
     if config.streams.db_path not in (None, STREAMS_DB_PATH):
         raise RenderError(
@@ -133,17 +138,14 @@ def _place_streams(args: dict[str, Any], config: AppConfig, where: str) -> dict[
             "sets it) or set that path"
         )
     worker = config.stream_worker
-    if worker.autoscaling_config is not None or (worker.num_replicas or 1) != 1:
-        raise RenderError(
-            f"{where}.args.stream_worker: one replica only on KubeRay (num_replicas: 1, no autoscaling_config): "
-            "the stream database's volume is ReadWriteOnce and one worker reads every camera"
-        )
     streams = dict(args.get("streams") or {})
     streams["db_path"] = STREAMS_DB_PATH
     # what the config sets, or its defaults (num_cpus 0.5 …) when it has no stream_worker section: a
     # section holding only `resources` would otherwise take DeploymentOptions' plain defaults (1 CPU)
     stream_worker = {**worker.model_dump(mode="json", exclude_unset=True), **(args.get("stream_worker") or {})}
-    stream_worker["resources"] = {**(stream_worker.get("resources") or {}), STREAMS_RESOURCE: 1}
+    n = config.streams.workers
+    share: float = 1 if n == 1 else math.floor(10_000 / n) / 10_000  # Ray keeps custom resources to 4 decimals
+    stream_worker["resources"] = {**(stream_worker.get("resources") or {}), STREAMS_RESOURCE: share}
     return {**args, "streams": streams, "stream_worker": stream_worker}
 
 

@@ -300,7 +300,8 @@ def _stream_db_problems(
             except ValueError as exc:
                 problems.append(f"{label}: {name}: {exc}")
                 continue
-            if all(offered.get(k, 0.0) >= units for k, units in worker.resources.items()):
+            n = config.streams.workers  # every stream worker asks for these on the one pod
+            if all(offered.get(k, 0.0) >= units * n - 1e-9 for k, units in worker.resources.items()):
                 hosts.append((name, group))
         if not hosts:
             problems.append(

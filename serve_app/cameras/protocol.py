@@ -184,6 +184,9 @@ class StreamStatus(_Frozen):
     loop: bool
     alert: AlertRule | None
     created_at: float = Field(..., description="Unix seconds.")
+    worker: int = Field(
+        0, description="Index of the stream worker that reads this camera (0 … streams.workers − 1: crc32(id) mod it)."
+    )
     frames_received: int = Field(..., description="Frames decoded since the worker started this stream.")
     windows_cut: int
     windows_answered: int

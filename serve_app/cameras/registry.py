@@ -18,7 +18,6 @@ import contextlib
 import contextvars
 import logging
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -38,6 +37,7 @@ from serve_app.cameras.protocol import (
 from serve_app.cameras.reader import CameraReader
 from serve_app.cameras.rules import check_stream_limits, frames_per_window, mib, stream_frame_bytes
 from serve_app.cameras.scene_change import SkipDecision
+from serve_app.cameras.shards import first_event_id, new_stream_id, shard_of
 from serve_app.cameras.store import StreamStore
 from serve_app.cameras.windows import EventLog
 from serve_app.config import AppConfig
@@ -67,6 +67,8 @@ class StreamRegistry(WindowAnswering):
         prepare: see :data:`Prepare`.
         release_memory: called (in a thread) after a stream is deleted, to hand freed memory back to the
             system (:func:`serve_app.cameras.memory.release_freed_memory` in the worker).
+        shard: this worker's index among ``streams.workers`` (:mod:`serve_app.cameras.shards`): it owns the
+            streams whose id hashes to it and holds its share of ``streams.max_streams`` and of the frame budget.
     """
 
     def __init__(
@@ -78,22 +80,34 @@ class StreamRegistry(WindowAnswering):
         webhooks: Any = None,
         prepare: Prepare | None = None,
         release_memory: Callable[[], object] | None = None,
+        shard: int = 0,
     ):
+        workers = config.streams.workers
+        if not 0 <= shard < workers:
+            raise ValueError(f"stream worker {shard} of streams.workers {workers}")
         self.config = config
+        self.shard = shard
         self.ask = ask
         self.prepare: Prepare = prepare or (lambda clip: clip)
         self.release_memory = release_memory
         self.store = store
         self.metrics = metrics or NoMetrics()
         self.webhooks = webhooks
-        self.events = EventLog(config.streams.event_history, first_id=int(time.time() * 1000) * 1000)
+        clock_id = int(time.time() * 1000) * 1000
+        self.events = EventLog(
+            config.streams.event_history, first_id=first_event_id(clock_id, shard, workers), step=workers
+        )
+        #: This worker's share of the limits (rounded up for streams, down for bytes).
+        self.max_streams = -(-config.streams.max_streams // workers)
+        self.max_frame_memory_bytes = config.streams.max_frame_memory_bytes // workers
         self.streams: dict[str, LiveStream] = {}
         self.loop: asyncio.AbstractEventLoop | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
     def resume(self) -> int:
-        """Starts every stream stored in the database, oldest first; returns how many are registered.
+        """Starts every stream stored in the database that this worker owns, oldest first; returns how many
+        are registered.
 
         Each is checked again against today's limits and frame-memory budget
         (:mod:`serve_app.cameras.rules`): one that no longer passes is registered in state ``failed``
@@ -101,7 +115,7 @@ class StreamRegistry(WindowAnswering):
         change can never make the worker crash-loop on its own database; delete it, or fix the config.
         """
         for sid, spec, created in self.store.streams():
-            if sid in self.streams:
+            if sid in self.streams or shard_of(sid, self.config.streams.workers) != self.shard:
                 continue
             try:
                 check_stream_limits(spec, self.config)
@@ -123,35 +137,41 @@ class StreamRegistry(WindowAnswering):
         """The frame memory ``spec`` needs, if it fits the budget.
 
         Raises:
-            OverloadedError (503): it does not fit ``streams.max_frame_memory_bytes``.
+            OverloadedError (503): it does not fit this worker's share of ``streams.max_frame_memory_bytes``.
         """
         need = stream_frame_bytes(spec, self.config)
-        budget = self.config.streams.max_frame_memory_bytes
+        budget = self.max_frame_memory_bytes
         held = self.reserved_bytes
         if held + need > budget:
             n = frames_per_window(spec.window_s, spec.fps)
             raise OverloadedError(
                 f"frame memory budget full: this stream needs up to {mib(need)} of frames ({n} frames per window); "
-                f"{mib(held)} of the {mib(budget)} budget (streams.max_frame_memory_bytes) are reserved by "
-                f"{len(self.streams)} stream(s); lower window_s × fps, or delete a stream",
+                f"{mib(held)} of the {mib(budget)} budget ({self._share('streams.max_frame_memory_bytes')}) are "
+                f"reserved by {len(self.streams)} stream(s); lower window_s × fps, or delete a stream",
                 retry_after_s=self.config.limits.retry_after_s,
             )
         return need
+
+    def _share(self, field: str) -> str:
+        """Names the limit in a message: ``field``, or this worker's share of it with several workers."""
+        workers = self.config.streams.workers
+        return field if workers == 1 else f"{field} over streams.workers {workers}: stream worker {self.shard}'s share"
 
     def create(self, spec: StreamCreate) -> StreamStatus:
         """Registers and starts a stream (its spec already validated by the ingress).
 
         Raises:
-            OverloadedError (503): ``streams.max_streams`` streams are registered, or the stream's frames
-                do not fit ``streams.max_frame_memory_bytes``.
+            OverloadedError (503): this worker holds its share of ``streams.max_streams``, or the stream's
+                frames do not fit its share of ``streams.max_frame_memory_bytes``.
         """
-        limit = self.config.streams.max_streams
+        limit = self.max_streams
         if len(self.streams) >= limit:
             raise OverloadedError(
-                f"{len(self.streams)} streams are registered; the limit is {limit} (streams.max_streams)"
+                f"{len(self.streams)} streams are registered; the limit is {limit} "
+                f"({self._share('streams.max_streams')})"
             )
         need = self._reserve(spec)
-        sid = "str_" + uuid.uuid4().hex[:16]
+        sid = new_stream_id(self.shard, self.config.streams.workers)
         created = time.time()
         self.store.add(sid, spec, created)
         self._start(sid, spec, created, need)
@@ -267,6 +287,7 @@ class StreamRegistry(WindowAnswering):
             loop=spec.loop,
             alert=spec.alert,
             created_at=st.created_at,
+            worker=self.shard,
             frames_received=st.frames,
             windows_cut=st.cut,
             windows_answered=st.answered,

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from importlib import resources
 from typing import Any
 
@@ -27,8 +27,9 @@ from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 
-from serve_app.cameras.protocol import EventBatch, StreamCreate
+from serve_app.cameras.protocol import EventBatch, StreamCreate, StreamList
 from serve_app.cameras.rules import check_stream_limits
+from serve_app.cameras.shards import Cursor, shard_of
 from serve_app.config import AppConfig
 from serve_app.errors import (
     ErrorEvent,
@@ -110,47 +111,67 @@ def _value(result: Any) -> Any:
 class StreamsServing:
     """The streams routes (see the module docstring).
 
+    With several stream workers (``streams.workers``), a request about one stream goes to the worker that
+    owns it (:func:`serve_app.cameras.shards.shard_of`), a new stream to the next worker in turn (the
+    following ones when it answers 503: full), the list and ``GET /v1/events`` to all of them.
+
     Args:
         runner: the ingress's route runner (config, metrics, error mapping).
-        worker: the ``StreamWorker`` handle.
+        workers: the ``StreamWorker`` handles, worker ``k`` at index ``k``.
     """
 
-    def __init__(self, runner: RouteRunner, worker: Any):
+    def __init__(self, runner: RouteRunner, workers: Sequence[Any]):
+        if not workers:
+            raise ValueError("the streams routes need at least one stream worker")
         self.runner = runner
         self.config = runner.config
-        self.worker = worker
+        self.workers = list(workers)
+        self._turn = 0  # the worker asked first for the next new stream
+
+    def _owner(self, stream_id: str) -> Any:
+        """The handle of the worker that owns ``stream_id``."""
+        return self.workers[shard_of(stream_id, len(self.workers))]
 
     async def create(self, request: Request) -> Response:
         async def handle(req: Request, ctx: RequestContext) -> Response:
             require_json(req)  # security: a web page cannot send application/json cross-site without a preflight
             body = parse_json_object(await read_body(req, MAX_BODY_BYTES))
             spec = await asyncio.to_thread(validate_stream, body, self.config)  # DNS lookups off the loop
-            status = _value(await self.worker.create.remote(spec))
+            n = len(self.workers)
+            first, self._turn = self._turn % n, self._turn + 1
+            for i in range(n):  # each worker in turn; a full one (503) passes the stream on to the next
+                result = await self.workers[(first + i) % n].create.remote(spec)
+                if not (isinstance(result, ErrorInfo) and result.status == 503):
+                    break
+            status = _value(result)
             return Response(status.model_dump_json(), status_code=201, media_type="application/json")
 
         return await self.runner.run(request, ROUTE, handle)
 
     async def list(self, request: Request) -> Response:
         async def handle(req: Request, ctx: RequestContext) -> Response:
-            return json_response(await self.worker.list.remote())
+            lists: list[StreamList] = await asyncio.gather(*(w.list.remote() for w in self.workers))
+            streams = sorted((s for part in lists for s in part.data), key=lambda s: s.created_at)
+            return json_response(StreamList(data=streams))
 
         return await self.runner.run(request, ROUTE, handle)
 
     async def get(self, request: Request) -> Response:
         async def handle(req: Request, ctx: RequestContext) -> Response:
-            return json_response(_value(await self.worker.get.remote(req.path_params["id"])))
+            return json_response(_value(await self._owner(req.path_params["id"]).get.remote(req.path_params["id"])))
 
         return await self.runner.run(request, ROUTE + "/{id}", handle)
 
     async def delete(self, request: Request) -> Response:
         async def handle(req: Request, ctx: RequestContext) -> Response:
-            return json_response(_value(await self.worker.delete.remote(req.path_params["id"])))
+            return json_response(_value(await self._owner(req.path_params["id"]).delete.remote(req.path_params["id"])))
 
         return await self.runner.run(request, ROUTE + "/{id}", handle)
 
     async def thumbnail(self, request: Request) -> Response:
         async def handle(req: Request, ctx: RequestContext) -> Response:
-            jpeg = _value(await self.worker.thumbnail.remote(req.path_params["id"]))
+            sid = req.path_params["id"]
+            jpeg = _value(await self._owner(sid).thumbnail.remote(sid))
             if jpeg is None:
                 return Response(status_code=204)
             return Response(jpeg, media_type="image/jpeg", headers={"cache-control": "no-store"})
@@ -159,57 +180,88 @@ class StreamsServing:
 
     async def answers(self, request: Request) -> Response:
         async def handle(req: Request, ctx: RequestContext) -> Response:
-            rows = _value(await self.worker.answers.remote(req.path_params["id"], self.config.streams.answer_history))
+            sid = req.path_params["id"]
+            rows = _value(await self._owner(sid).answers.remote(sid, self.config.streams.answer_history))
             return JSONResponse({"object": "list", "data": [e.model_dump(mode="json") for e in rows]})
 
         return await self.runner.run(request, ROUTE + "/{id}/answers", handle)
 
     async def events(self, request: Request) -> Response:
-        """Server-sent events of one stream (``/v1/streams/{id}/events``) or of all (``/v1/events``)."""
+        """Server-sent events of one stream (``/v1/streams/{id}/events``) or of all (``/v1/events``, every
+        worker's merged: each event's ``id`` is the :class:`~serve_app.cameras.shards.Cursor` after it)."""
         stream_id = request.path_params.get("id")
         route = EVENTS_ROUTE if stream_id is None else ROUTE + "/{id}/events"
 
         async def handle(req: Request, ctx: RequestContext) -> Response:
             raw = req.headers.get("last-event-id") or req.query_params.get("after")
-            try:
-                after = int(raw) if raw not in (None, "") else None
-            except ValueError:
-                raise InvalidRequestError(
-                    "Last-Event-ID must be an event id (an integer)", param="Last-Event-ID"
-                ) from None
+            cursor = Cursor.parse(raw, len(self.workers))  # 400 on a malformed id
+            if stream_id is None:
+                handles, after = self.workers, cursor.after
+            else:
+                k = shard_of(stream_id, len(self.workers))
+                handles, after = [self.workers[k]], (cursor.after[k],)
             # The subscriber cap is the admission guard's (streams.max_subscribers, taken before any await).
             # The first poll answers at once: a 404 for an unknown stream is a status, not an event.
-            first: EventBatch = _value(await self.worker.events.remote(after, stream_id, 0.0))
-            return StreamingResponse(self._events(first, stream_id), media_type="text/event-stream",
+            firsts: list[EventBatch | ErrorInfo] = await asyncio.gather(
+                *(h.events.remote(a, stream_id, 0.0) for h, a in zip(handles, after, strict=True))
+            )
+            batches: list[EventBatch] = [_value(b) for b in firsts]
+            start = Cursor(tuple(b.last_id if a is None else a for a, b in zip(after, batches, strict=True)))
+            return StreamingResponse(self._events(handles, batches, start, stream_id), media_type="text/event-stream",
                                      headers={"cache-control": "no-store", "x-accel-buffering": "no"})
 
         return await self.runner.run(request, route, handle)
 
-    async def _events(self, batch: EventBatch, stream_id: str | None) -> AsyncIterator[bytes]:
-        last = batch.last_id
+    async def _events(
+        self, handles: Sequence[Any], batches: Sequence[EventBatch], cursor: Cursor, stream_id: str | None
+    ) -> AsyncIterator[bytes]:
+        """The event stream: each worker's batch is sent as it comes, then that worker is polled again
+        (a long poll of up to :data:`POLL_S`); ends with an ``error`` event when a worker is gone (being
+        replaced: the client reconnects with its Last-Event-ID) or the stream was deleted."""
         yield b": stream of events; reconnect with Last-Event-ID to resume\n\n"
-        while True:
-            if batch.missed:
-                yield b": some events fell out of the server's history\n\n"
-            for e in batch.events:
-                yield sse_event(e, event=e.type, event_id=e.id)
-                last = e.id
-            if not batch.events:
-                yield b": keep-alive\n\n"
-                last = max(last, batch.last_id)
-            try:
-                result = await self.worker.events.remote(last, stream_id, POLL_S)
-            except Exception as e:  # noqa: BLE001 - the worker replica died or is being replaced
-                LOG_LIMIT.log(logger, logging.INFO, "event stream worker unavailable",
-                              "event stream ended: stream worker unavailable (%s)", type(e).__name__)
-                restarting = OverloadedError("the stream worker is restarting; reconnect with Last-Event-ID")
-                yield sse_event(ErrorEvent(error=error_body(restarting).error), event="error")
-                return
-            if isinstance(result, ErrorInfo):  # the stream was deleted
-                gone = ErrorInfo(type=result.type, message="stream gone", status=result.status)
-                yield sse_event(ErrorEvent(error=error_body(gone).error), event="error")
-                return
-            batch = result
+        ready: list[tuple[int, EventBatch]] = list(enumerate(batches))
+        pending: dict[asyncio.Future[EventBatch | ErrorInfo], int] = {}
+        try:
+            while True:
+                for k, batch in ready:
+                    if batch.missed:
+                        yield b": some events fell out of the server's history\n\n"
+                    for e in batch.events:
+                        cursor = cursor.moved(k, e.id)
+                        yield sse_event(e, event=e.type, event_id=cursor.text())
+                    if not batch.events:
+                        cursor = cursor.moved(k, batch.last_id)
+                if any(not batch.events for _, batch in ready):
+                    yield b": keep-alive\n\n"
+                for k, _ in ready:
+                    poll = handles[k].events.remote(cursor.after[k], stream_id, POLL_S)
+                    pending[asyncio.ensure_future(_awaited(poll))] = k
+                done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                ready = []
+                for task in done:
+                    k = pending.pop(task)
+                    try:
+                        result = task.result()
+                    except Exception as e:  # noqa: BLE001 - the worker replica died or is being replaced
+                        LOG_LIMIT.log(logger, logging.INFO, "event stream worker unavailable",
+                                      "event stream ended: stream worker unavailable (%s)", type(e).__name__)
+                        restarting = OverloadedError("the stream worker is restarting; reconnect with Last-Event-ID")
+                        yield sse_event(ErrorEvent(error=error_body(restarting).error), event="error")
+                        return
+                    if isinstance(result, ErrorInfo):  # the stream was deleted
+                        gone = ErrorInfo(type=result.type, message="stream gone", status=result.status)
+                        yield sse_event(ErrorEvent(error=error_body(gone).error), event="error")
+                        return
+                    ready.append((k, result))
+                ready.sort()
+        finally:
+            for task in pending:
+                task.cancel()
+
+
+async def _awaited(response: Awaitable[EventBatch | ErrorInfo]) -> EventBatch | ErrorInfo:
+    """``response`` awaited in a task of its own (a Serve ``DeploymentResponse`` is awaitable, not a coroutine)."""
+    return await response
 
 
 #: The dashboard's script and style sheet: route (the page names them relative to its own path, so it

@@ -48,7 +48,8 @@ class StreamStore:
             path = ":memory:"
         else:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        # Several stream workers (streams.workers) share one file: a writer waits up to 10 s for another's lock.
+        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=10.0)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.executescript(_SCHEMA)
         self._lock = threading.Lock()

@@ -202,22 +202,26 @@ class EventLog:
     """Bounded event history with increasing ids; :meth:`wait` for events after an id.
 
     Ids start at ``first_id`` (the worker seeds it from the wall clock in milliseconds × 1000, so
-    ids keep increasing across worker restarts and a client's ``Last-Event-ID`` stays meaningful).
+    ids keep increasing across worker restarts and a client's ``Last-Event-ID`` stays meaningful)
+    and go up by ``step`` (the number of stream workers: each worker keeps its own residue class,
+    :func:`serve_app.cameras.shards.first_event_id`).
 
     Args:
         size: events kept.
         first_id: the first id handed out.
+        step: the difference between consecutive ids.
     """
 
-    def __init__(self, size: int, first_id: int = 1):
+    def __init__(self, size: int, first_id: int = 1, step: int = 1):
         self._events: collections.deque[StreamEvent] = collections.deque(maxlen=size)
         self._next = first_id
+        self._step = step
         self._cond: asyncio.Condition | None = None
 
     def next_id(self) -> int:
         """Reserves the next event id."""
         i = self._next
-        self._next += 1
+        self._next += self._step
         return i
 
     def append(self, event: StreamEvent) -> None:
@@ -237,14 +241,14 @@ class EventLog:
         """Events with id > ``after`` (None: none of the past), optionally of one stream, oldest first."""
         if after is None:
             return EventBatch(events=[], last_id=self.last_id)
-        missed = bool(self._events) and self._events[0].id > after + 1 and after > 0
+        missed = bool(self._events) and self._events[0].id > after + self._step and after > 0
         out = [e for e in self._events if e.id > after and (stream_id is None or e.stream_id == stream_id)]
         return EventBatch(events=out[:limit], missed=missed, last_id=self.last_id)
 
     @property
     def last_id(self) -> int:
-        """The id of the newest event handed out (``first_id - 1`` before any)."""
-        return self._next - 1
+        """The id of the newest event handed out (``first_id - step`` before any)."""
+        return self._next - self._step
 
     async def wait(self, after: int, stream_id: str | None, timeout_s: float) -> EventBatch:
         """Events after ``after``; waits up to ``timeout_s`` for one if there is none yet."""

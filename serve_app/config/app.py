@@ -94,6 +94,19 @@ class AppConfig(_Model):
         return self
 
     @model_validator(mode="after")
+    def _one_replica_per_stream_worker(self) -> AppConfig:
+        """A stream worker owns its streams (readers, events, frame budget): Serve would send each request
+        to any replica, so more cameras take more workers (``streams.workers``), never more replicas."""
+        worker = self.stream_worker
+        if self.streams.max_streams > 0 and (worker.num_replicas not in (None, 1) or worker.autoscaling_config):
+            raise ValueError(
+                "stream_worker runs one replica (num_replicas: 1, no autoscaling_config): each replica would own "
+                "only the streams it registered; for more cameras set streams.workers (stream-worker deployments "
+                "that share the cameras by stream id)"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _stream_window_under_clip_limit(self) -> AppConfig:
         if self.streams.max_window_frames > self.limits.max_frames:
             raise ValueError(

@@ -16,7 +16,23 @@ class StreamsConfig(_Model):
         "resume after a restart (relative: to the cwd of `serve run`; on KubeRay a path on a volume that "
         "outlives the pod). None: kept in memory only (streams are lost with the worker replica).",
     )
-    max_streams: int = Field(64, ge=0, description="Most registered streams (0: the streams API is off).")
+    max_streams: int = Field(
+        64,
+        ge=0,
+        description="Most registered streams, all stream workers together (0: the streams API is off); each worker "
+        "admits its share, max_streams / workers rounded up.",
+    )
+    workers: int = Field(
+        1,
+        ge=1,
+        le=16,
+        description="Stream-worker deployments that share the cameras, one process each (a process reads about a "
+        "hundred real-time 768×432 cameras before its own API slows: results/gpu/quiet-scenes). A stream belongs to "
+        "worker crc32(id) mod workers, which reads it, asks the model and keeps its events; each worker holds its "
+        "share of max_streams and of max_frame_memory_bytes and asks for stream_worker's resources. Changing it "
+        "keeps the stored streams (each worker resumes those that hash to it); clients resume GET /v1/events "
+        "with the Last-Event-ID they were given.",
+    )
     max_subscribers: int = Field(
         16, ge=1, description="Most concurrent server-sent-event subscribers per ingress replica (beyond: 503)."
     )
@@ -31,7 +47,8 @@ class StreamsConfig(_Model):
     max_frame_memory_bytes: int = Field(
         2 * 2**30,
         gt=0,
-        description="Frame memory the stream worker may hold for all streams together, bytes. Each stream reserves "
+        description="Frame memory the stream workers may hold for all streams together, bytes (each worker its "
+        "share, max_frame_memory_bytes / workers). Each stream reserves "
         "the most its windows can hold (serve_app/cameras/rules.py: window frames at the model's size, the window "
         "being filled and those waiting for the model in YUV 4:2:0, the one handed to the model in RGB) when it is "
         "registered (past the budget: 503 naming it) or resumed (past it: the stream is failed with the reason).",
@@ -65,7 +82,8 @@ class StreamsConfig(_Model):
         "(exponential backoff); a 3xx or other 4xx is not retried.",
     )
     webhook_max_in_flight: int = Field(
-        32, ge=1, description="Webhook deliveries in flight at once, all streams; an alert past it is skipped."
+        32, ge=1, description="Webhook deliveries in flight at once, all streams of one stream worker; an alert past "
+        "it is skipped."
     )
     webhook_max_in_flight_per_stream: int = Field(
         4, ge=1, description="Webhook deliveries in flight at once for one stream, so one slow endpoint cannot take "

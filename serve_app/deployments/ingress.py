@@ -62,6 +62,8 @@ class Ingress:
         config: the application config (as a dict).
         decoder: handle of :class:`serve_app.deployments.decoder.VideoDecoder`.
         model: handle of :class:`serve_app.deployments.model.VideoModel`.
+        workers: handles of the :class:`serve_app.deployments.stream_worker.StreamWorker` deployments
+            (``streams.workers``), None when the streams API is off.
     """
 
     def __init__(
@@ -69,7 +71,7 @@ class Ingress:
         config: dict[str, Any],
         decoder: DeploymentHandle[Any],
         model: DeploymentHandle[Any],
-        worker: DeploymentHandle[Any] | None = None,
+        workers: list[DeploymentHandle[Any]] | None = None,
     ):
         self.config = AppConfig.model_validate(config)
         self.api_key = ApiKey.from_env(self.config.api_key_env)
@@ -79,7 +81,7 @@ class Ingress:
         self.chat = chat.ChatServing(runner)
         self.models = models.ModelsServing(self.config.model.name, int(time.time()))
         self.readiness = health.Readiness(self.config.security.readiness_cache_s)  # security: cached ~1 s
-        self.streams = streams.StreamsServing(runner, worker) if worker is not None else None
+        self.streams = streams.StreamsServing(runner, workers) if workers else None
         logger.info(
             "ingress ready: API key %s", f"required (${self.config.api_key_env})" if self.api_key.enabled else "off"
         )

@@ -1,9 +1,11 @@
 """The stream-worker deployment: reads every registered camera and hands windows to the model.
 
 A deployment of its own, so camera readers never occupy the decode replicas that serve one-off
-clips. One replica (``stream_worker.num_replicas: 1``) owns every stream; its state lives in
-the SQLite database at ``streams.db_path``, so a replacement replica (after a crash, a
-``ray.kill``, or ``serve run`` again) resumes every registered stream in its constructor.
+clips. One replica (``stream_worker.num_replicas: 1``) owns its streams; with ``streams.workers: N``
+the app builds N such deployments (``StreamWorker``, ``StreamWorker1``, …), worker ``k`` owning the
+streams whose id hashes to ``k`` (:mod:`serve_app.cameras.shards`). The state lives in the SQLite
+database at ``streams.db_path`` (one file for all workers), so a replacement replica (after a crash, a
+``ray.kill``, or ``serve run`` again) resumes its registered streams in its constructor.
 The work is in the Ray-free :class:`~serve_app.cameras.registry.StreamRegistry`; the model is
 called through its handle with the window's :class:`~serve_app.protocol.DecodedClip` (the
 same ``generate`` stream one-off clips use). Values, not exceptions, leave this deployment:
@@ -41,9 +43,10 @@ class StreamWorker:
     Args:
         config: the application config (as a dict).
         model: handle of :class:`serve_app.deployments.model.VideoModel`.
+        shard: this worker's index among ``streams.workers``.
     """
 
-    async def __init__(self, config: dict[str, Any], model: DeploymentHandle[Any]) -> None:  # type: ignore[misc]  # Serve awaits async constructors
+    async def __init__(self, config: dict[str, Any], model: DeploymentHandle[Any], shard: int = 0) -> None:  # type: ignore[misc]  # Serve awaits async constructors
         self.config = AppConfig.model_validate(config)
         self.model = model
         fix_mmap_threshold()  # frame buffers go back to the system when freed (serve_app/cameras/memory.py)
@@ -54,10 +57,11 @@ class StreamWorker:
         self.webhooks = Webhooks(self.config, metrics=metrics)
         self.registry = StreamRegistry(
             self.config, self._ask, self.store, metrics, self.webhooks,
-            prepare=ray.put, release_memory=release_freed_memory,
+            prepare=ray.put, release_memory=release_freed_memory, shard=shard,
         )  # fmt: skip
         n = self.registry.resume()
-        logger.info("stream worker ready: %d stream(s) resumed from %s", n, self.config.streams.db_path)
+        logger.info("stream worker %d of %d ready: %d stream(s) resumed from %s", shard, self.config.streams.workers,
+                    n, self.config.streams.db_path)  # fmt: skip
 
     async def _ask(self, question: ClipQuestion, clip: ObjectRef[DecodedClip]) -> AsyncIterator[ModelChunk]:
         # The window's clip is in Ray's object store (put once per window): the model replica reads it there.

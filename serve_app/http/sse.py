@@ -40,7 +40,7 @@ class StreamEncoder(Protocol):
         """The event for an error inside the stream."""
 
 
-def sse_event(data: BaseModel | str, *, event: str | None = None, event_id: int | None = None) -> bytes:
+def sse_event(data: BaseModel | str, *, event: str | None = None, event_id: int | str | None = None) -> bytes:
     """One server-sent event, the project's only framer: ``id:`` (``event_id``, for ``Last-Event-ID``) and
     ``event:`` (the event type) lines when given, then ``data: <json>`` (or a literal such as
     ``[DONE]``) and a blank line (the WHATWG event-stream format)."""

@@ -72,16 +72,18 @@ DEPLOYMENT_FIELDS = ("ingress", "decoder", "model_replica", "stream_worker")
 
 def replica_counts(config: AppConfig) -> dict[str, tuple[int, int]]:
     """``(smallest, largest)`` replica count of each deployment (fixed: ``num_replicas``; autoscaled:
-    ``min_replicas`` and ``max_replicas``, Ray Serve's defaults 1 and 1 when absent)."""
+    ``min_replicas`` and ``max_replicas``, Ray Serve's defaults 1 and 1 when absent); ``stream_worker``
+    counts its ``streams.workers`` deployments together."""
     out = {}
     for field in DEPLOYMENT_FIELDS:
         d = getattr(config, field)
+        k = config.streams.workers if field == "stream_worker" else 1
         if d.autoscaling_config is None:
             n = d.num_replicas or 1
-            out[field] = (n, n)
+            out[field] = (n * k, n * k)
         else:
             lo = int(d.autoscaling_config.get("min_replicas", 1))
-            out[field] = (lo, max(lo, int(d.autoscaling_config.get("max_replicas", 1))))
+            out[field] = (lo * k, max(lo, int(d.autoscaling_config.get("max_replicas", 1))) * k)
     return out
 
 

@@ -6,7 +6,7 @@
 const KEY_ITEM = "cosmos-serve-key";
 const SVG = "http://www.w3.org/2000/svg";
 const cams = new Map();   // id -> {status, root, ..., points: [{f, l}]}
-let lastEventId = 0, aborter = null;
+let lastEventId = "", aborter = null;
 
 function headers(extra) {
   const h = Object.assign({}, extra || {});
@@ -153,7 +153,7 @@ async function follow() {
     aborter = new AbortController();
     try {
       const h = headers({"Accept": "text/event-stream"});
-      if (lastEventId) h["Last-Event-ID"] = String(lastEventId);
+      if (lastEventId) h["Last-Event-ID"] = lastEventId;
       const r = await fetch("v1/events", {headers: h, signal: aborter.signal});
       if (r.status === 401) { askKey("The key was refused."); return; }
       if (!r.ok) throw new Error("HTTP " + r.status);
@@ -174,7 +174,7 @@ async function follow() {
             else if (line.startsWith("data: ")) data += line.slice(6);
           }
           if (!data) continue;
-          if (id) lastEventId = Number(id);
+          if (id) lastEventId = id;  // opaque (several stream workers: one position each, joined by "-")
           try { onEvent(type, JSON.parse(data)); } catch (e) { console.error(e); }
         }
       }

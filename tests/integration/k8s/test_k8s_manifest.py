@@ -661,3 +661,14 @@ def test_crd_is_the_recorded_copy():
     for name in ("ray.io_rayservices.yaml", "LICENSE"):
         digest = hashlib.sha256((schema.CRD_PATH.parent / name).read_bytes()).hexdigest()
         assert f"{digest}  {name}" in notes
+
+
+def test_stream_workers_that_together_ask_more_than_the_streams_pod_offers_fail_the_check(rayservice):
+    """Two stream workers that each ask for the whole unit (a hand edit: the render asks 0.5 each) fit on no pod."""
+    doc = yaml.safe_load(rayservice["spec"]["serveConfigV2"])
+    doc["applications"][0]["args"].setdefault("streams", {})["workers"] = 2
+    rayservice["spec"]["serveConfigV2"] = yaml.safe_dump(doc)
+    assert any("no worker group offers {'cosmos_streams_db': 1.0}" in p for p in problems_of(rayservice))
+    doc["applications"][0]["args"]["stream_worker"]["resources"] = {"cosmos_streams_db": 0.5}
+    rayservice["spec"]["serveConfigV2"] = yaml.safe_dump(doc)
+    assert not any("no worker group offers" in p for p in problems_of(rayservice))

@@ -55,7 +55,7 @@ def request(path="/v1/events", headers=None) -> Request:
 def serving(max_subscribers=1):
     cfg = AppConfig.model_validate({"streams": {"max_subscribers": max_subscribers}})
     worker = FakeWorker()
-    return StreamsServing(RouteRunner(cfg, None, None, Metrics()), worker), worker
+    return StreamsServing(RouteRunner(cfg, None, None, Metrics()), [worker]), worker
 
 
 def test_events_replay_after_last_event_id_and_end_with_the_client():

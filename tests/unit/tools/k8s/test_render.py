@@ -46,6 +46,15 @@ def test_render_puts_the_stream_database_on_its_volume_and_keeps_other_stream_se
     assert args["stream_worker"] == {"num_cpus": 2, "resources": {"other": 0.5, "cosmos_streams_db": 1}}
 
 
+@pytest.mark.parametrize("workers, share", [(2, 0.5), (3, 0.3333), (6, 0.1666)])
+def test_render_shares_the_stream_pods_resource_among_the_stream_workers(workers, share):
+    doc = a100_doc()
+    doc["applications"][0]["args"]["streams"] = {"workers": workers}
+    args = yaml.safe_load(k8s.render_serve_config(doc))["applications"][0]["args"]
+    assert args["stream_worker"]["resources"] == {"cosmos_streams_db": share}
+    assert workers * share <= 1  # every worker fits on the one pod that offers 1 unit
+
+
 def test_render_puts_the_vllm_compile_cache_on_the_model_pods_volume_whatever_the_config_says():
     doc = a100_doc()
     assert "compile_cache_dir" not in doc["applications"][0]["args"]["model"]  # `serve run` keeps vLLM's defaults
@@ -67,8 +76,8 @@ def test_render_leaves_the_compile_cache_alone_on_the_transformers_backend():
     [
         ("streams", {"db_path": "./streams.sqlite"}, "on KubeRay the stream database is /data/streams/streams.sqlite"),
         ("streams", {"db_path": "/tmp/s.sqlite"}, "leave db_path unset"),
-        ("stream_worker", {"num_replicas": 2}, "one replica only on KubeRay"),
-        ("stream_worker", {"autoscaling_config": {"max_replicas": 2}}, "ReadWriteOnce"),
+        ("stream_worker", {"num_replicas": 2}, "stream_worker runs one replica"),
+        ("stream_worker", {"autoscaling_config": {"max_replicas": 2}}, "for more cameras set streams.workers"),
     ],
 )
 def test_render_refuses_another_stream_database_or_more_stream_workers(section, value, message):
