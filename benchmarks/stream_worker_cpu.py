@@ -89,28 +89,33 @@ class _Periodic:
 
 
 class CpuSampler(_Periodic):
-    """Samples the summed CPU seconds of ``pids`` every ``every_s`` seconds."""
+    """Samples the CPU seconds of ``pids`` (summed, and each: one process per stream worker with
+    ``streams.workers``) every ``every_s`` seconds."""
 
     def __init__(self, pids: list[int], every_s: float = 1.0):
         super().__init__(every_s)
         self.pids = pids
-        self.samples: list[tuple[float, float]] = []  # (wall time s, cpu s)
+        self.samples: list[tuple[float, float]] = []  # (wall time s, cpu s of all)
+        self.each: dict[int, list[tuple[float, float]]] = {pid: [] for pid in pids}  # pid → (wall s, cpu s)
 
     def _tick(self) -> None:
-        total = 0.0
+        total, now = 0.0, time.time()
         for pid in self.pids:
             with contextlib.suppress(OSError):  # a replica that ended counts no more
-                total += cpu_s(pid)
-        self.samples.append((time.time(), total))
+                used = cpu_s(pid)
+                total += used
+                self.each[pid].append((now, used))
+        self.samples.append((now, total))
 
     def stop(self) -> None:
         """Stops sampling (one last sample)."""
         super().stop()
         self._tick()
 
-    def cores_between(self, t0: float, t1: float) -> float | None:
-        """Mean cores used between wall times ``t0`` and ``t1`` (s); None without two samples in that span."""
-        inside = [(t, c) for t, c in self.samples if t0 <= t <= t1]
+    def cores_between(self, t0: float, t1: float, pid: int | None = None) -> float | None:
+        """Mean cores used between wall times ``t0`` and ``t1`` (s), by all the processes or by ``pid``;
+        None without two samples in that span."""
+        inside = [(t, c) for t, c in (self.samples if pid is None else self.each.get(pid, [])) if t0 <= t <= t1]
         if len(inside) < 2 or inside[-1][0] <= inside[0][0]:
             return None
         return (inside[-1][1] - inside[0][1]) / (inside[-1][0] - inside[0][0])
@@ -191,6 +196,9 @@ def main(argv: list[str] | None = None) -> int:
             "cameras": n,
             "stream_worker_cores": round(cores, 3) if cores is not None else None,
             "cores_per_camera": round(cores / n, 4) if cores is not None else None,
+            # one process per stream worker (streams.workers): the one that falls behind is the busiest
+            "stream_worker_cores_each": {str(pid): round(c, 3) if (c := sampler.cores_between(t_registered, t_end, pid))
+                                         is not None else None for pid in pids},
             "list_streams_ms_p50": round(float(np.percentile(reads, 50)), 1) if reads else None,
             "list_streams_ms_p95": round(float(np.percentile(reads, 95)), 1) if reads else None,
             "keeps_up": doc["summary"]["keeps_up"],

@@ -38,6 +38,20 @@ def test_cores_between_is_cpu_seconds_over_wall_seconds_inside_the_span():
     assert bench.find_pids("no-such-deployment-name-here") == []
 
 
+def test_cores_are_also_read_per_process_for_several_stream_workers():
+    me = os.getpid()
+    sampler = bench.CpuSampler([me, 2**22 + 12345])  # this process, and one that is gone
+    sampler._tick()
+    t_end = time.process_time() + 0.3
+    while time.process_time() < t_end:  # 0.3 s of this process's CPU
+        pass
+    sampler._tick()
+    t0, t1 = sampler.samples[0][0], sampler.samples[-1][0]
+    mine = sampler.cores_between(t0, t1, me)
+    assert mine is not None and mine > 0 and mine == pytest.approx(sampler.cores_between(t0, t1))
+    assert sampler.cores_between(t0, t1, 2**22 + 12345) is None  # no sample of a gone process
+
+
 def test_the_api_probe_times_each_list_and_marks_a_failed_one_infinite():
     answers = iter([httpx.Response(200, json={"data": []}), httpx.Response(503), httpx.Response(200, json={})])
 
