@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 from serve_app.errors import InvalidRequestError
 
+#: Most digits of one position in a cursor (an event id is a 64-bit integer: 19 digits).
+MAX_ID_DIGITS = 19
 #: Separator of the positions in a cursor of several workers (not ``.``: ``"12.34"`` would read as a number).
 CURSOR_SEP = "-"
 
@@ -63,27 +65,27 @@ class Cursor:
     @classmethod
     def parse(cls, raw: str | None, workers: int) -> Cursor:
         """A cursor from a ``Last-Event-ID`` header (or ``?after=``): empty or absent → from now on;
-        one integer → that id for every worker (an id of one worker's events, or of a one-worker service);
-        ``workers`` integers joined by ``-`` → one per worker.
+        ``workers`` integers joined by ``-`` → one per worker; one integer, or a count of them that is not
+        ``workers`` (a cursor from before ``streams.workers`` changed) → the largest for every worker. Ids
+        start from the wall clock when a worker starts, so after the restart that a new count takes, every
+        event of the new workers is newer than any old position: nothing is lost.
 
         Raises:
-            InvalidRequestError (400): anything else (the message says the form).
+            InvalidRequestError (400): anything but non-negative integers of at most 19 digits joined by ``-``,
+                at most 64 of them (the message says the form).
         """
         if raw is None or raw == "":
             return cls((None,) * workers)
         parts = raw.split(CURSOR_SEP)
-        try:
-            values = [int(p) for p in parts]
-        except ValueError:
-            values = []
-        if len(values) == 1:
-            return cls((values[0],) * workers)
-        if len(values) != workers or any(v < 0 for v in values):
+        if not all(p.isascii() and p.isdigit() and len(p) <= MAX_ID_DIGITS for p in parts) or len(parts) > 64:
             form = "an integer" if workers == 1 else f"an integer, or {workers} integers joined by '{CURSOR_SEP}'"
             raise InvalidRequestError(
                 f"Last-Event-ID must be an event id of this service ({form}): resume with the last `id:` received",
                 param="Last-Event-ID",
             )
+        values = [int(p) for p in parts]
+        if len(values) != workers:
+            return cls((max(values),) * workers)
         return cls(tuple(values))
 
     def moved(self, shard: int, event_id: int) -> Cursor:

@@ -30,8 +30,8 @@ class StreamsConfig(_Model):
         "hundred real-time 768×432 cameras before its own API slows: results/gpu/quiet-scenes). A stream belongs to "
         "worker crc32(id) mod workers, which reads it, asks the model and keeps its events; each worker holds its "
         "share of max_streams and of max_frame_memory_bytes and asks for stream_worker's resources. Changing it "
-        "keeps the stored streams (each worker resumes those that hash to it); clients resume GET /v1/events "
-        "with the Last-Event-ID they were given.",
+        "keeps the stored streams (each worker resumes those that hash to it), and a Last-Event-ID from before "
+        "the change still resumes GET /v1/events without a loss.",
     )
     max_subscribers: int = Field(
         16, ge=1, description="Most concurrent server-sent-event subscribers per ingress replica (beyond: 503)."

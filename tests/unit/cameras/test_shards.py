@@ -62,13 +62,19 @@ def test_an_event_log_with_a_step_reports_only_real_gaps_as_missed():
         ("17", 3, (17, 17, 17)),  # one id (a one-worker service's, or one worker's): for every worker
         ("11-20-32", 3, (11, 20, 32)),
         ("42", 1, (42,)),
+        ("11-20", 3, (20, 20, 20)),  # from before streams.workers changed: the newest position for all
+        ("11-20-32", 1, (32,)),
     ],
 )
 def test_a_cursor_is_read_from_last_event_id(raw, workers, after):
     assert Cursor.parse(raw, workers).after == after
 
 
-@pytest.mark.parametrize("raw, workers", [("x", 1), ("1-2", 3), ("1-2", 1), ("-5", 2), ("1--2", 2), ("1.5", 2)])
+@pytest.mark.parametrize(
+    "raw, workers",
+    [("x", 1), ("1-x", 3), ("-5", 2), ("1--2", 2), ("1.5", 2), ("+3", 1), (" 7", 1), ("²", 1), ("9" * 5000, 1),
+     ("-".join(["1"] * 65), 2)],
+)  # fmt: skip
 def test_a_malformed_last_event_id_is_400_naming_the_form(raw, workers):
     with pytest.raises(InvalidRequestError) as e:
         Cursor.parse(raw, workers)
