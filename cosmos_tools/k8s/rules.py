@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import ValidationError
 
 from cosmos_tools.k8s.render import ROOT, SERVE_PORT, RenderError, display_path, render_file, source_of
 from cosmos_tools.k8s.schema import groups
@@ -191,7 +192,11 @@ def check_project_rules(
         problems.append(f"{label}: the head's Ray container must expose containerPort {SERVE_PORT} named `serve`")
     for name, group in all_groups:
         problems += _group_problems(label, name, group)
-    apps = _app_configs(actual)
+    try:
+        apps = _app_configs(actual)
+    except ValidationError as exc:  # e.g. a hand edit that gives a stream worker two replicas
+        reasons = "; ".join(str(e["msg"]) for e in exc.errors())
+        return [*problems, f"{label}: spec.serveConfigV2's args do not load as the app's config: {reasons}"], warnings
     problems += _capacity_problems(label, all_groups[1:], apps)
     problems += _stream_db_problems(label, all_groups[1:], apps)
     problems += _compile_cache_problems(label, all_groups[1:], apps)
@@ -274,8 +279,8 @@ def _stream_db_problems(
 
     Each app's ``stream_worker.resources`` must be offered by some worker group, every group that
     offers them must mount a ``persistentVolumeClaim`` volume over ``streams.db_path`` and run one
-    pod at most (``maxReplicas: 1``: the claim is ReadWriteOnce), and the stream worker must run
-    one replica.
+    pod at most (``maxReplicas: 1``: the claim is ReadWriteOnce). (One replica per stream worker is the
+    config's own rule: :class:`serve_app.config.AppConfig` refuses more.)
     """
     problems: list[str] = []
     for app_name, config in apps:
@@ -320,8 +325,6 @@ def _stream_db_problems(
                     f"{label}: {name} runs the stream worker: set maxReplicas: 1 (its database volume is "
                     "ReadWriteOnce and one worker reads every camera)"
                 )
-        if worker.autoscaling_config is not None or (worker.num_replicas or 1) != 1:
-            problems.append(f"{label}: {app_name}: stream_worker must run one replica (num_replicas: 1)")
     return problems
 
 

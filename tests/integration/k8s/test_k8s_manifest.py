@@ -672,3 +672,12 @@ def test_stream_workers_that_together_ask_more_than_the_streams_pod_offers_fail_
     doc["applications"][0]["args"]["stream_worker"]["resources"] = {"cosmos_streams_db": 0.5}
     rayservice["spec"]["serveConfigV2"] = yaml.safe_dump(doc)
     assert not any("no worker group offers" in p for p in problems_of(rayservice))
+
+
+def test_a_hand_edited_serve_config_that_the_app_refuses_is_a_problem_not_a_crash(rayservice):
+    """Two replicas of a stream worker (each would own only the streams it registered) in serveConfigV2."""
+    doc = yaml.safe_load(rayservice["spec"]["serveConfigV2"])
+    doc["applications"][0]["args"]["stream_worker"]["num_replicas"] = 2
+    rayservice["spec"]["serveConfigV2"] = yaml.safe_dump(doc)
+    problems = problems_of(rayservice)
+    assert any("do not load as the app's config" in p and "set streams.workers" in p for p in problems), problems

@@ -24,9 +24,11 @@ def test_a_partial_block_keeps_every_other_default(block):
 
 @pytest.mark.parametrize("block", BLOCKS)
 def test_a_block_that_picks_its_scaling_mode_drops_the_other(block):
-    fixed = getattr(AppConfig.model_validate({block: {"num_replicas": 3}}), block)
+    # a stream worker runs one replica while the streams API is on (test_stream_workers.py): here it is off
+    off = {"streams": {"max_streams": 0}} if block == "stream_worker" else {}
+    fixed = getattr(AppConfig.model_validate({block: {"num_replicas": 3}, **off}), block)
     assert fixed.num_replicas == 3 and fixed.autoscaling_config is None
-    auto = getattr(AppConfig.model_validate({block: {"autoscaling_config": {"min_replicas": 1}}}), block)
+    auto = getattr(AppConfig.model_validate({block: {"autoscaling_config": {"min_replicas": 1}}, **off}), block)
     assert auto.num_replicas is None and auto.autoscaling_config == {"min_replicas": 1}
 
 
