@@ -58,6 +58,8 @@ DASHBOARD_ROUTES = ("/", "/dashboard")
 MAX_BODY_BYTES = 64 * 1024
 #: Seconds one long poll of the worker waits for events (a keep-alive comment is sent after each empty one).
 POLL_S = 15.0
+#: Seconds before the merged event stream polls a stream worker again that failed (several workers only).
+WORKER_RETRY_S = 1.0
 
 
 def _as_param(e: ServeAppError, param: str) -> ServeAppError:
@@ -216,21 +218,19 @@ class StreamsServing:
         self, handles: Sequence[Any], batches: Sequence[EventBatch], cursor: Cursor, stream_id: str | None
     ) -> AsyncIterator[bytes]:
         """The event stream: each worker's batch is sent as it comes, then that worker is polled again
-        (a long poll of up to :data:`POLL_S`); ends with an ``error`` event when a worker is gone (being
-        replaced: the client reconnects with its Last-Event-ID) or the stream was deleted."""
+        (a long poll of up to :data:`POLL_S`). A worker that fails a poll (its replica died or is being
+        replaced): with one worker the stream ends with an ``error`` event (the client reconnects with its
+        Last-Event-ID); with several a comment says so, the others' events go on, and that worker is polled
+        again after :data:`WORKER_RETRY_S` from its position. A deleted stream ends it with an ``error`` event."""
         yield b": stream of events; reconnect with Last-Event-ID to resume\n\n"
         ready: list[tuple[int, EventBatch]] = list(enumerate(batches))
         pending: dict[asyncio.Future[EventBatch | ErrorInfo], int] = {}
         try:
             while True:
                 for k, batch in ready:
-                    if batch.missed:
-                        yield b": some events fell out of the server's history\n\n"
-                    for e in batch.events:
-                        cursor = cursor.moved(k, e.id)
-                        yield sse_event(e, event=e.type, event_id=cursor.text())
-                    if not batch.events:
-                        cursor = cursor.moved(k, batch.last_id)
+                    chunks, cursor = _batch_events(k, batch, cursor)
+                    for chunk in chunks:
+                        yield chunk
                 if any(not batch.events for _, batch in ready):
                     yield b": keep-alive\n\n"
                 for k, _ in ready:
@@ -243,6 +243,14 @@ class StreamsServing:
                     try:
                         result = task.result()
                     except Exception as e:  # noqa: BLE001 - the worker replica died or is being replaced
+                        if len(handles) > 1:  # the other workers' events go on; this one's when it is back
+                            LOG_LIMIT.log(logger, logging.INFO, "event stream worker unavailable",
+                                          "event stream: stream worker %d unavailable (%s); polling it again", k,
+                                          type(e).__name__)  # fmt: skip
+                            yield f": stream worker {k} unavailable; its events follow when it is back\n\n".encode()
+                            retry = _after(WORKER_RETRY_S, handles[k], cursor.after[k], stream_id)
+                            pending[asyncio.ensure_future(retry)] = k
+                            continue
                         LOG_LIMIT.log(logger, logging.INFO, "event stream worker unavailable",
                                       "event stream ended: stream worker unavailable (%s)", type(e).__name__)
                         restarting = OverloadedError("the stream worker is restarting; reconnect with Last-Event-ID")
@@ -257,6 +265,26 @@ class StreamsServing:
         finally:
             for task in pending:
                 task.cancel()
+
+
+def _batch_events(shard: int, batch: EventBatch, cursor: Cursor) -> tuple[list[bytes], Cursor]:
+    """The SSE bytes of one worker's batch (each event with the cursor after it as its ``id``) and the cursor
+    after the batch (at the worker's newest id when the batch is empty)."""
+    out = [b": some events fell out of the server's history\n\n"] if batch.missed else []
+    for e in batch.events:
+        cursor = cursor.moved(shard, e.id)
+        out.append(sse_event(e, event=e.type, event_id=cursor.text()))
+    if not batch.events:
+        cursor = cursor.moved(shard, batch.last_id)
+    return out, cursor
+
+
+async def _after(delay_s: float, handle: Any, after: int | None, stream_id: str | None) -> EventBatch | ErrorInfo:
+    """The next long poll of a stream worker that just failed, sent after ``delay_s`` (Serve holds it until the
+    worker's replacement is up)."""
+    await asyncio.sleep(delay_s)
+    result: EventBatch | ErrorInfo = await handle.events.remote(after, stream_id, POLL_S)
+    return result
 
 
 async def _awaited(response: Awaitable[EventBatch | ErrorInfo]) -> EventBatch | ErrorInfo:

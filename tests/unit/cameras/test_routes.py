@@ -74,6 +74,69 @@ def test_events_replay_after_last_event_id_and_end_with_the_client():
     assert calls[0] == (10, None, 0.0)
 
 
+class ScriptedWorker:
+    """``events.remote``: the first call (the connect poll) answers an empty batch at ``last_id``; later calls
+    pop ``script`` (an exception is raised, a batch returned); once it is empty, long polls wait (no events)."""
+
+    def __init__(self, last_id: int, script: list):
+        self.calls: list[tuple] = []
+
+        async def events(after, stream_id, timeout_s):
+            self.calls.append((after, stream_id, timeout_s))
+            if len(self.calls) == 1:
+                return EventBatch(events=[], last_id=last_id)
+            if script:
+                step = script.pop(0)
+                if isinstance(step, Exception):
+                    raise step
+                return step
+            await asyncio.sleep(timeout_s)
+            return EventBatch(events=[], last_id=last_id)
+
+        self.events = Remote(events)
+
+
+def state_batch(i: int, sid: str) -> EventBatch:
+    return EventBatch(events=[StateEvent(id=i, stream_id=sid, time=1.0, state="running", previous=None)], last_id=i)
+
+
+def stream_of(workers, n_chunks: int) -> list[str]:
+    async def main():
+        cfg = AppConfig.model_validate({"streams": {"workers": len(workers)}})
+        sv = StreamsServing(RouteRunner(cfg, None, None, Metrics()), workers)
+        r = await sv.events(request())
+        it = r.body_iterator
+        out = []
+        for _ in range(n_chunks):
+            try:
+                chunk = await asyncio.wait_for(it.__anext__(), 10)
+            except StopAsyncIteration:
+                break
+            out.append(chunk.decode() if isinstance(chunk, bytes) else chunk)
+        await it.aclose()
+        return out
+
+    return asyncio.run(main())
+
+
+def test_one_worker_that_fails_ends_the_events_with_an_error_to_reconnect_after():
+    chunks = stream_of([ScriptedWorker(10, [RuntimeError("replica died")])], 5)
+    assert chunks[-1].startswith("event: error\n") and "reconnect with Last-Event-ID" in chunks[-1]
+    assert len(chunks) == 3  # the opening comment, the keep-alive of the empty first batch, the error: then the end
+
+
+def test_with_two_workers_one_that_fails_does_not_stop_the_others_events(monkeypatch):
+    monkeypatch.setattr("serve_app.cameras.routes.WORKER_RETRY_S", 0.05)
+    ok = ScriptedWorker(10, [state_batch(12, "a"), state_batch(14, "a")])
+    failing = ScriptedWorker(21, [RuntimeError("replica died"), state_batch(23, "b")])
+    chunks = stream_of([ok, failing], 6)  # opening, keep-alive, 12, the comment, 14 and 23 (the last two: any order)
+    text = "".join(chunks)
+    assert ": stream worker 1 unavailable" in text and "event: error" not in text
+    ids = [line[4:] for c in chunks for line in c.splitlines() if line.startswith("id: ")]
+    assert ids == ["12-21", "14-21", "14-23"] or ids == ["12-21", "12-23", "14-23"]  # both workers, each in order
+    assert failing.calls[2][0] == 21  # polled again from its position
+
+
 def test_bad_last_event_id_is_400():
     async def main():
         sv, _ = serving()
