@@ -5,11 +5,14 @@ events under one resumable Last-Event-ID."""
 from __future__ import annotations
 
 import json
+import threading
+import time
 
 import httpx
 import pytest
 from httpx_sse import connect_sse
 
+from benchmarks.replicas import kill_replica, replica_actor_names
 from serve_app.testing.local_serve import cpu_args, deploy
 from serve_app.testing.polling import wait_for
 
@@ -18,10 +21,11 @@ ANSWER_WAIT_S = 240  # generous: the tiny CPU model on a loaded 2-core machine
 
 
 @pytest.fixture(scope="module")
-def app(serve_session):
+def app(serve_session, tmp_path_factory):
     from ray import serve
 
-    args = cpu_args(streams={"workers": 2, "max_streams": 8}, stream_worker={"num_cpus": 0})
+    db = str(tmp_path_factory.mktemp("workers") / "streams.sqlite")  # a killed worker resumes its streams
+    args = cpu_args(streams={"workers": 2, "max_streams": 8, "db_path": db}, stream_worker={"num_cpus": 0})
     deploy("workers", PREFIX, args)
     yield serve_session + PREFIX
     serve.delete("workers")
@@ -89,3 +93,34 @@ def test_two_workers_share_the_cameras_and_merge_their_events(app):
         assert httpx.delete(f"{app}/v1/streams/{sid}", timeout=30).status_code == 200
         assert httpx.get(f"{app}/v1/streams/{sid}", timeout=30).status_code == 404
     assert httpx.get(f"{app}/v1/streams", timeout=30).json()["data"] == []
+
+
+def test_a_killed_worker_leaves_the_others_events_flowing_and_follows_when_back(app):
+    made = [register(app, f"k{i}") for i in range(2)]
+    assert sorted(s["worker"] for s in made) == [0, 1]
+    ids = {s["worker"]: s["id"] for s in made}
+    killed: dict[str, float] = {}
+
+    def kill() -> None:
+        (name,) = replica_actor_names("workers", "StreamWorker1")
+        killed["t"] = time.time()
+        kill_replica(name)
+
+    def back(ev: list) -> bool:  # worker 1's stream has an event from after the kill (it resumed)
+        t = killed.get("t")
+        return t is not None and any(d.get("stream_id") == ids[1] and d["time"] > t for _, _, d in ev)
+
+    timer = threading.Timer(3.0, kill)
+    timer.start()
+    try:
+        events = read(f"{app}/v1/events", {}, back)  # one connection, from now on
+    finally:
+        timer.join()
+    assert back(events), "worker 1's resumed stream reached the same event stream"
+    assert not [d for _, t, d in events if t == "error"]
+    t = killed["t"]
+    first_back = next(i for i, (_, _, d) in enumerate(events) if d.get("stream_id") == ids[1] and d["time"] > t)
+    # meanwhile worker 0's camera went on: its events after the kill came before worker 1's came back
+    assert any(d.get("stream_id") == ids[0] and d["time"] > t for _, _, d in events[:first_back])
+    for sid in ids.values():
+        httpx.delete(f"{app}/v1/streams/{sid}", timeout=30)
