@@ -82,3 +82,19 @@ def test_each_phase_of_a_side_gets_its_own_windows():
     assert plain.warm_burst == [] and plain.batch == [3, 4, 5, 6, 7]
     with pytest.raises(ValueError, match="needs 11"):
         split_run(list(range(10)), single=2, inflight=5, warm_burst=3)
+
+
+def test_batch_figures_time_from_the_first_send_and_refuse_an_unfinished_request():
+    from benchmarks.workload import batch_figures
+    from loadtest.records import RequestRecord
+
+    def rec(sent_s, first_s, done_s, tokens=4):
+        r = RequestRecord(seq=0, camera_id="c", window_index=0, warmup=False, scheduled_s=sent_s, sent_s=sent_s,
+                          window_end_s=sent_s, deadline_s=sent_s + 60, first_token_s=first_s, done_s=done_s)
+        r.completion_tokens = tokens
+        return r
+
+    wall, tokens, ttft, e2e = batch_figures([rec(10.0, 10.5, 12.0), rec(10.2, None, 13.0)])
+    assert (wall, tokens, e2e) == (3.0, 8, [2.0, 3.0]) and ttft[0] == 0.5 and ttft[1] != ttft[1]  # nan: no token
+    with pytest.raises(ValueError, match="1 of 2 requests never finished"):
+        batch_figures([rec(10.0, 10.5, 12.0), rec(10.2, None, None)])
