@@ -234,8 +234,7 @@ class StreamsServing:
                 if any(not batch.events for _, batch in ready):
                     yield b": keep-alive\n\n"
                 for k, _ in ready:
-                    poll = handles[k].events.remote(cursor.after[k], stream_id, POLL_S)
-                    pending[asyncio.ensure_future(_awaited(poll))] = k
+                    pending[asyncio.ensure_future(_poll(handles[k], cursor.after[k], stream_id))] = k
                 done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
                 ready = []
                 for task in done:
@@ -248,7 +247,7 @@ class StreamsServing:
                                           "event stream: stream worker %d unavailable (%s); polling it again", k,
                                           type(e).__name__)  # fmt: skip
                             yield f": stream worker {k} unavailable; its events follow when it is back\n\n".encode()
-                            retry = _after(WORKER_RETRY_S, handles[k], cursor.after[k], stream_id)
+                            retry = _poll(handles[k], cursor.after[k], stream_id, delay_s=WORKER_RETRY_S)
                             pending[asyncio.ensure_future(retry)] = k
                             continue
                         LOG_LIMIT.log(logger, logging.INFO, "event stream worker unavailable",
@@ -279,17 +278,13 @@ def _batch_events(shard: int, batch: EventBatch, cursor: Cursor) -> tuple[list[b
     return out, cursor
 
 
-async def _after(delay_s: float, handle: Any, after: int | None, stream_id: str | None) -> EventBatch | ErrorInfo:
-    """The next long poll of a stream worker that just failed, sent after ``delay_s`` (Serve holds it until the
-    worker's replacement is up)."""
-    await asyncio.sleep(delay_s)
+async def _poll(handle: Any, after: int | None, stream_id: str | None, delay_s: float = 0.0) -> EventBatch | ErrorInfo:
+    """One long poll of a stream worker (up to :data:`POLL_S`), sent after ``delay_s`` (a worker that just
+    failed: Serve holds the poll until its replacement is up)."""
+    if delay_s:
+        await asyncio.sleep(delay_s)
     result: EventBatch | ErrorInfo = await handle.events.remote(after, stream_id, POLL_S)
     return result
-
-
-async def _awaited(response: Awaitable[EventBatch | ErrorInfo]) -> EventBatch | ErrorInfo:
-    """``response`` awaited in a task of its own (a Serve ``DeploymentResponse`` is awaitable, not a coroutine)."""
-    return await response
 
 
 #: The dashboard's script and style sheet: route (the page names them relative to its own path, so it

@@ -76,29 +76,16 @@ def engine_prompt(
     Raises:
         ValueError: frames the table patchify cannot take (see :func:`serve_app.decode.vision_patches.patchify`).
     """
+    # the clip's identity: its multimodal UUID and the salt of its prefix-cache blocks (see above)
+    ident = {"multi_modal_uuids": {"video": [request.media_uuid]}, "cache_salt": request.media_uuid}
     if request.patches is not None:
-        return {
-            "prompt": request.prompt,
-            "multi_modal_data": {"video": video_input(request.patches)},
-            "multi_modal_uuids": {"video": [request.media_uuid]},
-            "cache_salt": request.media_uuid,
-        }
+        return {"prompt": request.prompt, "multi_modal_data": {"video": video_input(request.patches)}, **ident}
     assert request.frames is not None  # a request carries frames or patches
     if table_device is not None:
-        return {
-            "prompt": request.prompt,
-            "multi_modal_data": {"video": patchify_fields(request.frames, request.fps, table_device)},
-            "multi_modal_uuids": {"video": [request.media_uuid]},
-            "cache_salt": request.media_uuid,
-        }
+        fields = patchify_fields(request.frames, request.fps, table_device)
+        return {"prompt": request.prompt, "multi_modal_data": {"video": fields}, **ident}
     item, kwargs = family_for(family).vllm_video(request.frames, request.fps, extra_processor_kwargs)
-    return {
-        "prompt": request.prompt,
-        "multi_modal_data": {"video": item},
-        "multi_modal_uuids": {"video": [request.media_uuid]},
-        "cache_salt": request.media_uuid,
-        "mm_processor_kwargs": kwargs,
-    }
+    return {"prompt": request.prompt, "multi_modal_data": {"video": item}, **ident, "mm_processor_kwargs": kwargs}
 
 
 def handoff_pixels(engine_request: Any, mode: str) -> int:
