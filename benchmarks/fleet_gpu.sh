@@ -12,7 +12,8 @@
 #                                                         # (or CONFIG, e.g. configs/h200-fp8.yaml)
 #   bash benchmarks/fleet_gpu.sh graph Q LEVELS           # loadtest --streams: the service reads the cameras
 #   bash benchmarks/fleet_gpu.sh stop                     # whichever server runs; GPU memory printed
-# Q is 1 or 3; LEVELS e.g. 24,30,36 (ascending); DURATION_S (80) the measured seconds per level.
+# Q is 1 or 3; LEVELS e.g. 24,30,36 (ascending); DURATION_S (80) the measured seconds per level; FIRST (0) the
+# first copy index (a later sweep on the same server takes copies no earlier sweep used).
 # Every camera loops its own copy of the clip (python -m loadtest.distinct), new copies for each level: with one
 # shared clip, window k was the same for every camera, and vLLM served the repeats from its prefix cache by
 # content whatever media UUID the request carried, so the camera counts measured the cache, not the GPU
@@ -46,7 +47,7 @@ case "$phase" in
     # Level by level, each camera with its own copy of the clip (python -m loadtest.distinct: the camera's index
     # stamped in a corner), a new set of copies per level, so that no window repeats across cameras or levels;
     # stops at the first level that does not keep up. Per level: $OUT/fleet_{phase}_q{Q}_{N}.json (+ .log).
-    q=${1:?Q (1 or 3)}; levels=${2:?LEVELS}; mapfile -t qargs < <(questions "$q"); first=0
+    q=${1:?Q (1 or 3)}; levels=${2:?LEVELS}; mapfile -t qargs < <(questions "$q"); first=${FIRST:-0}
     for n in ${levels//,/ }; do
       mapfile -t copies < <(python3 -m loadtest.distinct ".gpu-clips/$CLIP" --cameras "$n" --first "$first" \
         --out-dir .gpu-clips/distinct)
