@@ -35,12 +35,15 @@ case "$phase" in
     nvidia-smi --query-gpu=memory.used --format=csv,noheader
     setsid nohup python3 -m vllm.entrypoints.cli.main serve "$CK" --served-model-name cosmos-reason1-7b-dummy \
       --port 8000 --host 127.0.0.1 --load-format dummy --dtype bfloat16 \
-      --media-io-kwargs '{"video":{"fps":4}}' --mm-processor-kwargs '{"device":"cuda"}' \
+      --media-io-kwargs '{"video":{"fps":4}}' \
       --compilation-config '{"compile_mm_encoder":true,"cudagraph_mm_encoder":true}' \
       $([ "${PREFIX_CACHING:-1}" = 1 ] || echo --no-enable-prefix-caching) \
       > /tmp/plain_server.log 2>&1 < /dev/null &
     echo $! > /tmp/plain.pid; t0=$(date +%s)  # setsid: its own process group (pgid = pid), engine core included
-    for _ in $(seq 1 400); do curl -sf http://127.0.0.1:8000/v1/models >/dev/null && break; sleep 1; done
+    for _ in $(seq 1 400); do  # stop waiting once the server is gone (2026-12-02: a failed start waited 400 s)
+      curl -sf http://127.0.0.1:8000/v1/models >/dev/null && break; kill -0 "$(cat /tmp/plain.pid)" 2>/dev/null || break
+      sleep 1
+    done
     curl -sf http://127.0.0.1:8000/v1/models >/dev/null || { tail -c 3000 /tmp/plain_server.log; exit 5; }
     echo "plain ready after $(( $(date +%s) - t0 )) s" ;;
   plain|graph)
@@ -56,7 +59,11 @@ case "$phase" in
               --duration-s "${DURATION_S:-80}" --warmup-s 5 --slo-s 3 --sweep "$n" --out "$OUT/$name" "${qargs[@]}")
       if [ "$phase" = plain ]; then
         src=(); for c in "${copies[@]}"; do src+=(--source "$c"); done
+        # Each request asks vLLM to run its video processor on the GPU, as the baseline's client did
+        # (../shared/gpu/baseline/ext_client.sh); as a server flag it failed vLLM 0.24's start (2026-12-02:
+        # the encoder's dummy batch came out on CUDA and pin_memory() refused it).
         python3 -m loadtest --api openai "${src[@]}" --all-questions --no-live --no-plots "${common[@]}" \
+          --extra-body '{"mm_processor_kwargs":{"device":"cuda"}}' \
           > "$OUT/$name.log" 2>&1
       else
         src=(); for c in "${copies[@]}"; do src+=(--file "distinct/$(basename "$c")"); done

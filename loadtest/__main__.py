@@ -132,6 +132,9 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--request-seed", type=int, help="sampling seed sent with requests")
     g.add_argument("--ignore-eos", action=argparse.BooleanOptionalAction, default=None,
                    help="benchmark-only fixed output length (default: on if --config allows it)")
+    g.add_argument("--extra-body", type=json.loads, metavar="JSON",
+                   help="--api openai: a JSON object merged into every request body, as vllm bench serve's "
+                        "--extra-body (plain vLLM: '{\"mm_processor_kwargs\":{\"device\":\"cuda\"}}')")
     g = p.add_argument_group("verdict and sweep")
     g.add_argument("--slo-s", type=float, help="p95 freshness objective (default: the window length)")
     g.add_argument("--max-error-rate", type=float, default=0.01)
@@ -176,7 +179,7 @@ def settings_for(a: argparse.Namespace, n_cameras: int, app_config: AppConfig | 
         stagger=a.stagger, seed=a.seed, duration_s=a.duration_s, warmup_s=a.warmup_s, max_requests=a.max_requests,
         request_timeout_s=a.request_timeout_s, drain_s=a.drain_s, transport=a.transport, stream=a.stream,
         max_tokens=a.max_tokens, temperature=a.temperature, request_seed=a.request_seed, ignore_eos=ignore_eos,
-        slo_s=a.slo_s, max_error_rate=a.max_error_rate, max_lag_growth=a.max_lag_growth,
+        extra_body=a.extra_body, slo_s=a.slo_s, max_error_rate=a.max_error_rate, max_lag_growth=a.max_lag_growth,
         max_connections=a.max_connections,
     )
 

@@ -102,6 +102,7 @@ def chat_request(window: Window, question: str, settings: RunSettings) -> HttpRe
         body["seed"] = settings.request_seed
     if settings.ignore_eos:
         body["ignore_eos"] = True
+    body.update(settings.extra_body or {})
     return HttpRequest(json=body, upload_bytes=len(window.data))
 
 

@@ -18,6 +18,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from loadtest.camera import is_url
 
+OWN_FIELDS = frozenset({"model", "messages", "max_tokens", "stream", "stream_options", "temperature", "seed",
+                        "ignore_eos"})
+"""The request fields the load tester sets itself (api openai): ``extra_body`` may not replace them."""
+
 if TYPE_CHECKING:
     from serve_app.config import AppConfig
 
@@ -84,6 +88,10 @@ class RunSettings(_Model):
     temperature: float | None = Field(None, ge=0, le=2, description="Sampling temperature (None: server default).")
     request_seed: int | None = Field(None, description="Sampling seed sent with requests.")
     ignore_eos: bool = Field(False, description="Benchmark-only: fixed output lengths (server must allow it).")
+    extra_body: dict[str, Any] | None = Field(
+        None, description="api openai: fields merged into every request body (as `vllm bench serve --extra-body`), "
+        "e.g. {\"mm_processor_kwargs\": {\"device\": \"cuda\"}} for plain vLLM; they may not replace the "
+        "fields the load tester sets (model, messages, max_tokens, stream, ...).")
     slo_s: float | None = Field(None, gt=0, description="p95 freshness objective (None: the longest window).")
     max_error_rate: float = Field(0.01, gt=0, le=1, description="Keeps-up limit on errors / requests.")
     max_lag_growth: float = Field(0.05, description="Keeps-up limit on lag growth, seconds per second.")
@@ -91,6 +99,11 @@ class RunSettings(_Model):
 
     @model_validator(mode="after")
     def _openai_needs_cut_windows(self) -> RunSettings:
+        if self.extra_body is not None and self.api != "openai":
+            raise ValueError("extra_body is for api openai (this service's own routes take no extra fields)")
+        if self.extra_body and set(self.extra_body) & OWN_FIELDS:
+            raise ValueError("extra_body may not replace the load tester's own fields: "
+                             + ", ".join(sorted(set(self.extra_body) & OWN_FIELDS)))
         if self.api == "openai":
             urls = [c.id for c in self.cameras if is_url(c.source)]
             if self.transport != "upload" or urls:

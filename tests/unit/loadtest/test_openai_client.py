@@ -51,6 +51,17 @@ def test_a_chat_request_carries_the_window_as_a_data_url_and_the_question():
     assert plain.json is not None and "stream_options" not in plain.json and "ignore_eos" not in plain.json
 
 
+def test_extra_body_is_merged_into_each_chat_request_and_may_not_replace_the_testers_fields():
+    s = settings(extra_body={"mm_processor_kwargs": {"device": "cuda"}})
+    body = chat_request(WINDOW, "q", s).json
+    assert body is not None and body["mm_processor_kwargs"] == {"device": "cuda"} and body["max_tokens"] == 16
+    assert "mm_processor_kwargs" not in (chat_request(WINDOW, "q", settings()).json or {})
+    with pytest.raises(ValidationError, match="may not replace the load tester's own fields: max_tokens, model"):
+        settings(extra_body={"model": "other", "max_tokens": 1})
+    with pytest.raises(ValidationError, match="extra_body is for api openai"):
+        settings(api="native", extra_body={"x": 1})
+
+
 def test_a_chat_request_needs_the_windows_bytes_and_a_model():
     with pytest.raises(ValueError, match="window's bytes"):
         chat_request(Window(0, 0, 10, 0, 10, None, "path"), "q", settings())
