@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.result import finite
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -92,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         "results": rows,
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
+    Path(args.out).write_text(json.dumps(finite(doc), indent=2, allow_nan=False) + "\n")
     for r in rows:
         print(f"threads {r['threads']}: {r['wall_ms']['p50']:.1f} ms median, p95 {r['wall_ms']['p95']:.1f} ms, "
               f"{r['cpu_s']:.3f} CPU-s, {r['frames']} frames")

@@ -55,6 +55,7 @@ import av
 import numpy as np
 
 from benchmarks.mutations import MUTATIONS
+from benchmarks.result import finite
 from serve_app.config import DecodeConfig, LimitsConfig
 from serve_app.decode.clip import decode_clip
 from serve_app.errors import ServeAppError
@@ -394,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
         "inputs": entries,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n")
+    args.out.write_text(json.dumps(finite(report), indent=1, ensure_ascii=False, allow_nan=False) + "\n")
     print(json.dumps(report["summary"]), file=sys.stderr)
     return 0 if not report["summary"]["fail"] else 1
 

@@ -44,6 +44,7 @@ from typing import Any
 from benchmarks.gpu_plain import plain_side
 from benchmarks.gpu_probe import gpu_memory_used_mib, versions
 from benchmarks.gpu_serve import serve_side
+from benchmarks.result import finite
 from benchmarks.workload import OUTPUT_TOKENS, QUESTION, SYSTEM_PROMPT, run_figures, window_files
 
 logger = logging.getLogger(__name__)
@@ -68,7 +69,7 @@ def _side_main(args: argparse.Namespace) -> None:
     else:
         overrides = json.loads(args.overrides or "{}")
         result = asyncio.run(serve_side(args, files, args.side, overrides))
-    Path(args.part).write_text(json.dumps(result, indent=2))
+    Path(args.part).write_text(json.dumps(finite(result), indent=2, allow_nan=False))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -181,14 +182,14 @@ def main(argv: list[str] | None = None) -> int:
             report["sides"].update(json.loads(part.read_text()))
             part.unlink()
         report.setdefault("side_wall_s", {})[side] = round(time.perf_counter() - t0, 1)
-        out_path.write_text(json.dumps(report, indent=2))  # keep partial results
+        out_path.write_text(json.dumps(finite(report), indent=2, allow_nan=False))  # keep partial results
     report["table"] = table(report)
     tokens = {name: side[k]["server"]["prompt_tokens"] for name, side in report["sides"].items() if "error" not in side
               for k in side if k.startswith("inflight_") and "server" in side[k]}
     report["prompt_tokens_by_side"] = tokens
     same = len({tuple(v) for v in tokens.values()}) <= 1 and all(len(v) == 1 for v in tokens.values())
     report["prompt_tokens_identical"] = same
-    out_path.write_text(json.dumps(report, indent=2))
+    out_path.write_text(json.dumps(finite(report), indent=2, allow_nan=False))
     print("\n".join(report["table"]))
     if not same:
         print(f"prompt token counts differ between sides: {tokens}")

@@ -6,6 +6,8 @@ import re
 from datetime import datetime
 from typing import Any
 
+from benchmarks.result import finite
+
 #: The log lines that mark the model replica's start phases (regex → phase name), in order.
 PHASE_MARKS = (
     (r"ingress ready", "ingress_ready"),
@@ -106,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     text = (gzip.decompress(raw) if a.log.endswith(".gz") else raw).decode(errors="replace")
     since = datetime.fromisoformat(a.since)
     doc = {"log": a.log, "since": a.since, **start_phases(text, since.timestamp(), since.year)}
-    out = json.dumps(doc, indent=2)
+    out = json.dumps(finite(doc), indent=2, allow_nan=False)
     if a.out:
         Path(a.out).write_text(out + "\n")
     print(out)

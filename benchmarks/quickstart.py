@@ -29,6 +29,7 @@ import httpx
 
 from benchmarks.harness import stop_process_group
 from benchmarks.lifecycle_log import deploy_failure
+from benchmarks.result import finite
 from serve_app.config import app_config_from_file
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -116,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         "model": bodies[-1]["model"],
     }
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(doc, indent=2))
+    Path(a.out).write_text(json.dumps(finite(doc), indent=2, allow_nan=False))
     if a.response_out:
         Path(a.response_out).write_text(json.dumps(bodies[-1], ensure_ascii=False))
     print(json.dumps({k: doc[k] for k in ("first_start_s", "readyz_200_s", "request_wall_s")}))

@@ -57,6 +57,7 @@ case "$phase" in
     n=${1:?cameras}; copies $GEN "$n"
     python3 -m benchmarks.stream_worker_cpu --cameras "$n" "${files[@]}" --skip-unchanged 0.01 \
       --max-skip-s 60 --max-tokens 256 --ignore-eos --duration-s 80 --out "$OUT/stream_worker_gpu_machine_$n.json" \
+      --runs-dir "$OUT/worker-on_$n" \
       > "$OUT/worker-on_$n.log" 2>&1
     echo "== worker-on $n rc=$?"; grep -E "^\{|wrote|Error" "$OUT/worker-on_$n.log" ;;
   stop)

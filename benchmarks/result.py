@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import sys
@@ -21,9 +22,22 @@ def command(module: str, argv: list[str] | None) -> str:
     return f"python -m {module} " + " ".join(sys.argv[1:] if argv is None else argv)
 
 
+def finite(value: Any) -> Any:
+    """``value`` with every NaN or infinite float (at any depth of dicts, lists and tuples) replaced by None:
+    JSON has no such numbers (Python would write ``NaN``/``Infinity``, which other JSON readers refuse)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
+
+
 def write_result(path: str | Path, result: dict[str, Any]) -> Path:
-    """Writes a bench result as indented JSON (creating the folder); returns the path."""
+    """Writes a bench result as indented, standard JSON (creating the folder; a NaN or infinite figure is
+    written as null: :func:`finite`); returns the path."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(json.dumps(result, indent=2) + "\n")
+    p.write_text(json.dumps(finite(result), indent=2, allow_nan=False) + "\n")
     return p

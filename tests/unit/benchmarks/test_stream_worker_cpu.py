@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -67,3 +68,35 @@ def test_the_api_probe_times_each_list_and_marks_a_failed_one_infinite():
     assert ms[1] == float("inf") and all(0 <= m < 5_000 for m in (ms[0], ms[2]))
     t0 = probe.samples[0][0]
     assert len(probe.ms_between(t0, t0 + 60)) == 3 and probe.ms_between(t0 - 10, t0 - 1) == []
+
+
+def test_main_writes_each_level_into_the_runs_dir_and_reports_its_figures(tmp_path, monkeypatch):
+    seen: list[tuple[int, object]] = []
+
+    def run_level(a, n, out_dir, argv):  # the load tester's level, without a service
+        seen.append((n, out_dir))
+        return {"summary": {"keeps_up": False, "reasons": ["p95 freshness 4.2 s > SLO 3 s"]},
+                "total": {"answers": 7, "freshness_s_p50": 2.8, "freshness_s_p95": 4.2, "windows_cut": 20,
+                          "windows_skipped": 13}}
+
+    monkeypatch.setattr(bench, "find_pids", lambda name="StreamWorker": [os.getpid()])
+    from loadtest import streams
+
+    monkeypatch.setattr(streams, "run_level", run_level)
+    monkeypatch.setattr(streams, "stagger_period_s", lambda a: -1.0)  # the span opens 1 s before now
+    start = bench.ApiProbe.start
+
+    def start_with_one_list(self):  # one list timed before the thread runs, so the span holds one
+        self._tick()
+        return start(self)
+
+    monkeypatch.setattr(bench.ApiProbe, "start", start_with_one_list)
+    out = tmp_path / "r.json"
+    assert bench.main(["--target", "http://127.0.0.1:9", "--cameras", "3", "--file", "a.mp4", "--duration-s", "5",
+                       "--out", str(out), "--runs-dir", str(tmp_path / "runs")]) == 0
+    assert seen == [(3, tmp_path / "runs" / "cameras-003")]
+    (level,) = json.loads(out.read_text())["levels"]
+    assert level["freshness_s_p50"] == 2.8 and level["freshness_s_p95"] == 4.2 and level["windows_skipped"] == 13
+    assert level["keeps_up"] is False and level["reasons"] == ["p95 freshness 4.2 s > SLO 3 s"]
+    # nothing listens on port 9: every list failed, so no latency figure (not NaN or Infinity in the JSON)
+    assert level["list_streams_ms_p95"] is None and level["list_streams_failed"] >= 1
