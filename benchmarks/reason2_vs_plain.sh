@@ -31,9 +31,13 @@ for name, part in sets.items():
     Path(f"/tmp/xwin/{name}.json").write_text(json.dumps(data))
 PY
 fi
-ready() {  # url -> seconds waited until /v1/models answers
+ready() {  # url [pid] -> seconds waited until /v1/models answers (or until the server's process pid is gone)
   local t0=$(date +%s.%N)
-  for i in $(seq 1 400); do curl -sf "$1/v1/models" >/dev/null && break; sleep 1; done
+  for i in $(seq 1 400); do
+    curl -sf "$1/v1/models" >/dev/null && break
+    [ -n "${2:-}" ] && ! kill -0 "$2" 2>/dev/null && break  # a failed start: stop waiting
+    sleep 1
+  done
   python3 -c "import time;print(round(time.time()-$t0,1))"
 }
 bench() {  # side url "phases" extra-args...
@@ -59,7 +63,7 @@ plain)
     --mm-processor-kwargs '{"size":{"shortest_edge":262144,"longest_edge":8388608}}' \
     --compilation-config '{"compile_mm_encoder":true,"cudagraph_mm_encoder":true}' > "$OUT/reason2_plain_server.log" 2>&1 &
   pid=$!
-  echo "plain ready after $(ready http://127.0.0.1:8000) s"
+  echo "plain ready after $(ready http://127.0.0.1:8000 $pid) s"
   bench plain http://127.0.0.1:8000 "$PHASES" --extra-body '{"mm_processor_kwargs":{"device":"cuda"}}'
   kill $pid; wait $pid; gzip -f "$OUT/reason2_plain_server.log" ;;
 graph)
