@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
+from pydantic import ValidationError
 from rich.console import Console
 from rich.live import Live
 
@@ -328,11 +329,16 @@ def main(argv: list[str] | None = None) -> int:
 
         logging.basicConfig(level=logging.INFO)
         return streams.run([x for x in raw if x != "--streams"])
-    a = parser().parse_args(argv)
+    p = parser()
+    a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if a.report:
         return report(Path(a.report), a.plots, a.out)
+    try:  # settings the run would refuse: a usage error naming the rule, not a traceback echoing every setting
+        settings_for(a, a.cameras)
+    except ValidationError as e:
+        p.error("; ".join(err["msg"].removeprefix("Value error, ") for err in e.errors()))
     try:
         import uvloop
 

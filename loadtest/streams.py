@@ -359,7 +359,7 @@ def run_level(a: argparse.Namespace, n: int, out: Path, argv: list[str]) -> dict
 
 def run(argv: list[str]) -> int:
     """``python -m loadtest --streams ...`` (see the module docstring). Returns the exit code: 0 keeps up
-    (a sweep: some level kept up), 1 not, 2 a registration was refused."""
+    (a sweep: some level kept up), 1 not, 2 a registration was refused or the service could not be reached."""
     from loadtest.sweep import next_search_level, parse_levels, sweep_decision
 
     ap = argparse.ArgumentParser(prog="python -m loadtest --streams", description=__doc__.split("\n")[0])
@@ -395,6 +395,9 @@ def run(argv: list[str]) -> int:
             one(nxt)
     except RuntimeError as e:
         logger.error("%s", e)
+        return 2
+    except httpx.TransportError as e:  # no service there, or it went away: say so, without a traceback
+        logger.error("could not reach the service at %s (%s: %s)", a.target, type(e).__name__, e)
         return 2
     doc = {"kind": "sweep", "mode": "streams", "command": "python -m loadtest --streams " + " ".join(argv),
            "settings": settings(a),

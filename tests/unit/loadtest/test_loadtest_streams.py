@@ -157,3 +157,13 @@ def test_a_camera_whose_status_does_not_come_back_fails_the_level_and_every_came
     assert not doc["summary"]["keeps_up"]
     assert any("1 cameras' status not read" in r for r in doc["summary"]["reasons"])
     assert sorted(service.deleted) == ["/v1/streams/s1", "/v1/streams/s2", "/v1/streams/s3"]
+
+
+def test_no_service_at_the_target_is_a_clear_error_and_exit_code_2_not_a_traceback(tmp_path, caplog):
+    from loadtest.streams import run
+
+    # port 9 (discard) on loopback: nothing listens, the registration's connection is refused
+    code = run(["--file", "a.mp4", "--cameras", "1", "--duration-s", "1", "--target", "http://127.0.0.1:9",
+                "--out", str(tmp_path / "out")])
+    assert code == 2
+    assert "could not reach the service at http://127.0.0.1:9 (ConnectError" in caplog.text

@@ -152,3 +152,15 @@ def test_exact_windows_start_at_the_window(data_dir):
     assert windows and all(w.preroll_s == 0.0 and w.start_s == 0.0 for w in windows)
     cut = source_windows(str(data_dir / "intel_car-detection.mp4"), 5.0)
     assert any(w.preroll_s > 0 for w in cut)  # the default keeps a keyframe's preroll (native: start_s trims it)
+
+
+def test_the_cli_refuses_settings_the_run_would_refuse_as_a_usage_error_naming_the_rule(capsys):
+    from loadtest.__main__ import main
+
+    base = ["--api", "openai", "--model", "m", "--source", "tests/data/intel_car-detection.mp4", "--no-live"]
+    for extra, rule in [(["--extra-body", '{"model": "x"}'], "may not replace the load tester's own fields: model"),
+                        (["--transport", "path"], "api openai sends each window's bytes")]:
+        with pytest.raises(SystemExit) as e:
+            main(base + extra)
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and rule in err and "Traceback" not in err and "input_value" not in err
