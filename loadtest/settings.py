@@ -98,12 +98,16 @@ class RunSettings(_Model):
     max_connections: int | None = Field(None, ge=1, description="HTTP connection pool size (None: unlimited).")
 
     @model_validator(mode="after")
-    def _openai_needs_cut_windows(self) -> RunSettings:
+    def _extra_body_only_adds_to_openai_requests(self) -> RunSettings:
         if self.extra_body is not None and self.api != "openai":
             raise ValueError("extra_body is for api openai (this service's own routes take no extra fields)")
         if self.extra_body and set(self.extra_body) & OWN_FIELDS:
             raise ValueError("extra_body may not replace the load tester's own fields: "
                              + ", ".join(sorted(set(self.extra_body) & OWN_FIELDS)))
+        return self
+
+    @model_validator(mode="after")
+    def _openai_needs_cut_windows(self) -> RunSettings:
         if self.api == "openai":
             urls = [c.id for c in self.cameras if is_url(c.source)]
             if self.transport != "upload" or urls:
