@@ -34,7 +34,7 @@ import numpy as np
 
 from benchmarks import replicas
 from benchmarks.result import machine, write_result
-from loadtest.streams import EventReader
+from loadtest.streams import EventReader, window_answers
 from serve_app.config import load_serve_config
 from serve_app.testing import local_serve
 
@@ -67,7 +67,7 @@ def stream_app_args(config: str, db_dir: str, **streams: Any) -> dict[str, Any]:
 def per_stream(answers: list[dict[str, Any]], ids: list[str], t0: float, t1: float) -> dict[str, Any]:
     out = {}
     for sid in ids:
-        a = [e for e in answers if e["stream_id"] == sid and e["question_index"] == 0 and t0 <= e["_received"] <= t1]
+        a = [e for e in window_answers(answers) if e["stream_id"] == sid and t0 <= e["_received"] <= t1]
         fresh = [e["timings"]["freshness_s"] for e in a]
         out[sid] = {"answers": len(a), "freshness_s_p50": _pct(fresh, 50), "freshness_s_p95": _pct(fresh, 95),
                     "latency_ms_p95": _pct([e["timings"]["latency_ms"] for e in a], 95)}
@@ -142,7 +142,7 @@ def _write_soak(
     growth = None
     if warm and tail and elapsed >= args.warmup_min * 60 + 600:
         growth = round((np.mean(tail) / np.mean(warm) - 1) * 100, 2)
-    n = [e for e in answers if e["question_index"] == 0]
+    n = window_answers(answers)  # one per window, its last question's answer
     fresh = [e["timings"]["freshness_s"] for e in n]
     summary = {
         "elapsed_s": elapsed,

@@ -20,7 +20,7 @@
 # (results/gpu/quiet-scenes/README.md, "Correction"). PREFIX_CACHING (1) at the *-start phases: 0 turns vLLM's
 # prefix cache off on both sides (questions 2 and 3 of a window then pay their full prefill).
 # The copies (~12 CPU-s each for the 139-s clip, in parallel) are written into .gpu-clips/distinct (kept).
-# Results: $OUT/fleet_{plain,graph}_q{Q}_{N}.json per level N (the load tester's results) and .log.
+# Results: $OUT/fleet_{plain,graph}_q{Q}_{N}.json per level N (the load tester's results) and .tgz (its folder and log).
 set -uo pipefail
 export PYTHONPATH=/root/site:$PWD PATH=/root/site/bin:$PATH VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -29,6 +29,10 @@ CLIP=intel_one-by-one-person-detection.mp4
 # The first questions of benchmarks.lifecycle.QUESTIONS (the same set as the 1-vs-3 burst).
 mapfile -t QS < <(python3 -c "from benchmarks.lifecycle import QUESTIONS; print('\n'.join(QUESTIONS))")
 questions() { local i; for i in $(seq 0 $(( $1 - 1 ))); do printf -- '--question\n%s\n' "${QS[$i]}"; done; }
+# The device tool brings back at most 8 files from $OUT (2026-12-02: the level folders' answers.csv were left
+# out): each level leaves $name.json (the results) and $name.tgz (its folder, with answers.csv or requests.csv,
+# and the log).
+pack() { tar czf "$OUT/$1.tgz" -C "$OUT" "$1" "$1.log" 2>/dev/null && rm -rf "${OUT:?}/$1" "$OUT/$1.log"; }
 phase=${1:?plain-start|plain|graph-start|graph|stop}; shift
 case "$phase" in
   plain-start)
@@ -72,6 +76,7 @@ case "$phase" in
       rc=$?; echo "== $phase q$q $n cameras rc=$rc"
       cp "$OUT/$name/results.json" "$OUT/$name.json" 2>/dev/null
       grep -E "keeps up|falls behind|p95 freshness" "$OUT/$name.log" | tail -3
+      pack "$name"
       [ $rc = 0 ] || break
       sleep 3
     done ;;

@@ -22,6 +22,10 @@ export PYTHONPATH=/root/site:$PWD PATH=/root/site/bin:$PATH PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 CK=$PWD/checkpoints/cosmos-reason1-7b-dummy
 REAL=intel_one-by-one-person-detection.mp4 GEN=generated_quiet_room.mp4
+# The device tool brings back at most 8 files from $OUT (2026-12-02: the level folders' answers.csv were left
+# out): each level leaves its .json and one .tgz (its folder, log and top).
+pack() { local d=$1; shift; tar czf "$OUT/$d.tgz" -C "$OUT" "$d" "$d.log" "$@" 2>/dev/null \
+  && (cd "$OUT" && rm -rf "./$d" "./$d.log" "$@"); }
 phase=${1:?serve|real-off|real-on|generated-on|stop}; shift
 copies() {  # clip n: sets files=(--file distinct/NAME ...), n new copies (indices from /tmp/distinct.next)
   local first c; first=$(cat /tmp/distinct.next 2>/dev/null || echo 0); echo $(( first + $2 )) > /tmp/distinct.next
@@ -39,6 +43,7 @@ lt() {  # name levels clip [loadtest args...]
     rc=$?; echo "== $name $n cameras rc=$rc"; grep -E "streams sweep" "$OUT/${name}_$n.log"
     cp "$OUT/${name}_$n/results.json" "$OUT/${name}_$n.json" 2>/dev/null
     top -bn1 | head -15 > "$OUT/${name}_$n.top.txt"
+    pack "${name}_$n" "${name}_$n.top.txt"
     [ $rc = 0 ] || break
     sleep 3
   done
@@ -59,7 +64,7 @@ case "$phase" in
       --max-skip-s 60 --max-tokens 256 --ignore-eos --duration-s 80 --out "$OUT/stream_worker_gpu_machine_$n.json" \
       --runs-dir "$OUT/worker-on_$n" \
       > "$OUT/worker-on_$n.log" 2>&1
-    echo "== worker-on $n rc=$?"; grep -E "^\{|wrote|Error" "$OUT/worker-on_$n.log" ;;
+    echo "== worker-on $n rc=$?"; grep -E "^\{|wrote|Error" "$OUT/worker-on_$n.log"; pack "worker-on_$n" ;;
   stop)
     cp /tmp/serve.log "$OUT/serve.log" && gzip -f "$OUT/serve.log"
     RAY_AUTH_MODE=token serve shutdown -y >/dev/null 2>&1; sleep 5; ray stop --force >/dev/null 2>&1

@@ -4,6 +4,8 @@ Pure functions (no I/O, no clocks). Definitions beyond those of :mod:`loadtest.r
 
 * **lag growth**: least-squares slope of freshness against window end time,
   seconds per second; > 0 means answers fall further behind the live feed.
+* **freshness** in summaries is per window: with several questions per window
+  (``all_questions``), a window's freshness is that of its last answer.
 * **keeps up**: p95 freshness ≤ SLO, error rate < the limit, lag growth ≤ its limit.
 
 :func:`percentiles` is the project's one percentile helper (the benches use it
@@ -121,7 +123,15 @@ def verdict(
 
 
 def _freshness_points(records: Sequence[RequestRecord]) -> tuple[list[float], list[float]]:
-    pts = [(r.window_end_s, r.freshness_s) for r in records if r.freshness_s is not None]
+    """(window end, freshness) in seconds, one point per window: with several questions per window
+    (``all_questions``) a window's freshness is its last answer's, as the camera's user sees it; one request
+    per window gives one point per request."""
+    last: dict[tuple[str, float], float] = {}
+    for r in records:
+        f = r.freshness_s
+        if f is not None and f > last.get((r.camera_id, r.window_end_s), float("-inf")):
+            last[(r.camera_id, r.window_end_s)] = f
+    pts = sorted((end, f) for (_, end), f in last.items())
     return [p[0] for p in pts], [p[1] for p in pts]
 
 

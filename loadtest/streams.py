@@ -93,20 +93,44 @@ def _pct(values: list[float], q: float) -> float | None:
     return round(float(np.percentile(values, q)), 3) if values else None
 
 
+def window_answers(answers: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One answer per answered window: the one with the largest freshness among its questions' answers.
+
+    Args:
+        answers: answer events; a window is keyed by ``(stream_id, window_index)`` (an event without a
+            ``window_index`` is a window of its own).
+
+    Returns:
+        The windows' last answers, in the order their windows were first seen.
+    """
+    last: dict[tuple[str, int], dict[str, Any]] = {}
+    for i, a in enumerate(answers):
+        key = (a["stream_id"], a["window_index"] if "window_index" in a else -1 - i)
+        if key not in last or a["timings"]["freshness_s"] > last[key]["timings"]["freshness_s"]:
+            last[key] = a
+    return list(last.values())
+
+
 def summarize(answers: list[dict[str, Any]], statuses: dict[str, dict[str, Any]], duration_s: float) -> dict[str, Any]:
     """The report of a streams run.
 
     Args:
-        answers: answer events (``/v1/events`` ``answer`` data); only the standing question (index 0) counts.
+        answers: answer events (``/v1/events`` ``answer`` data). A window counts once, with the freshness of
+            its last answer (:func:`window_answers`): with several questions, a window is answered when every
+            question is (until 2026-12-02 only the first question's answer counted, and the graph asks the
+            others after its first token, so their lateness went unseen).
         statuses: ``GET /v1/streams/{id}`` bodies at the end, by stream id.
         duration_s: seconds measured.
 
     Returns:
-        ``{"total": {...}, "cameras": {id: {...}}}`` with answers, answers_per_s, freshness_s_p50/p95,
+        ``{"total": {...}, "cameras": {id: {...}}}`` with answers (windows answered), answers_per_s,
+        freshness_s_p50/p95 (seconds, per window), first_question_freshness_s_p95 (total only),
         latency_ms_p95, windows cut and skipped (``skip_unchanged``: not sent to the model) and dropped
         windows (by reason and total).
     """
-    std = [a for a in answers if a.get("question_index", 0) == 0]
+    std = window_answers(answers)
+    first_q = [a["timings"]["freshness_s"] for a in answers
+               if a.get("question_index", 0) == 0 and a["stream_id"] in statuses]
     cams = {}
     for sid, st in statuses.items():
         mine = [a for a in std if a["stream_id"] == sid]
@@ -132,6 +156,7 @@ def summarize(answers: list[dict[str, Any]], statuses: dict[str, dict[str, Any]]
         "answers_per_s": round(sum(c["answers"] for c in cams.values()) / duration_s, 4) if duration_s > 0 else None,
         "freshness_s_p50": _pct(fresh, 50),
         "freshness_s_p95": _pct(fresh, 95),
+        "first_question_freshness_s_p95": _pct(first_q, 95),
         "windows_cut": sum(c["windows_cut"] for c in cams.values()),
         "windows_skipped": sum(c["windows_skipped"] for c in cams.values()),
         "dropped_total": sum(c["dropped_total"] for c in cams.values()),
@@ -168,7 +193,7 @@ def verdict(report: dict[str, Any], answers: list[dict[str, Any]], slo_s: float,
             max_growth: float, windows_cut: int) -> dict[str, Any]:
     """Whether the cameras kept up: every camera answered, p95 freshness ≤ ``slo_s``, dropped windows
     ≤ ``max_drop_rate`` of those cut, and freshness not growing by more than ``max_growth`` seconds per
-    second over the run (a least-squares slope over the standing question's answers).
+    second over the run (a least-squares slope over the windows' last answers, :func:`window_answers`).
 
     Returns:
         ``{"keeps_up": bool, "reasons": [...], "freshness_growth_s_per_s": float | None, "drop_rate": float}``.
@@ -186,7 +211,7 @@ def verdict(report: dict[str, Any], answers: list[dict[str, Any]], slo_s: float,
     if drop_rate > max_drop_rate:
         reasons.append(f"{total['dropped_total']} of {windows_cut} windows dropped "
                        f"({drop_rate:.1%} > {max_drop_rate:.1%})")
-    std = [a for a in answers if a.get("question_index", 0) == 0]
+    std = sorted(window_answers(answers), key=lambda a: a["_received"])
     growth = None
     if len(std) >= 3:
         t = np.array([a["_received"] for a in std])

@@ -10,19 +10,21 @@ import pytest
 from loadtest.streams import summarize, verdict
 
 
-def answer(sid, fresh, latency_ms=100.0, q=0):
-    return {"stream_id": sid, "question_index": q, "timings": {"freshness_s": fresh, "latency_ms": latency_ms}}
+def answer(sid, fresh, latency_ms=100.0, q=0, w=None):
+    a = {"stream_id": sid, "question_index": q, "timings": {"freshness_s": fresh, "latency_ms": latency_ms}}
+    return a if w is None else {**a, "window_index": w}
 
 
 def test_summary_per_camera_and_total():
-    answers = [answer("a", f) for f in (1.0, 2.0, 3.0, 4.0)] + [answer("b", 10.0), answer("a", 99.0, q=1)]
+    answers = [answer("a", f, w=i) for i, f in enumerate((1.0, 2.0, 3.0, 4.0))] + [answer("b", 10.0),
+                                                                                   answer("a", 0.5, q=1, w=0)]
     statuses = {"a": {"name": "cam-a", "windows_dropped": {"model_behind": 2}, "state": "running",
                       "windows_cut": 9, "windows_skipped": 3},
                 "b": {"name": "cam-b", "windows_dropped": {}, "state": "reconnecting"},
                 "c": {"name": "cam-c", "windows_dropped": {"model_busy": 1}, "state": "failed"}}
     r = summarize(answers, statuses, duration_s=10.0)
     a, b, c = (r["cameras"][k] for k in "abc")
-    assert a["answers"] == 4 and a["answers_per_s"] == 0.4  # the second question does not count
+    assert a["answers"] == 4 and a["answers_per_s"] == 0.4  # windows: window 0's second answer (earlier) joins it
     assert a["freshness_s_p50"] == 2.5 and a["freshness_s_p95"] == pytest.approx(3.85)
     assert a["dropped_total"] == 2 and b["answers"] == 1 and c["answers"] == 0
     assert (a["windows_cut"], a["windows_skipped"], b["windows_skipped"]) == (9, 3, 0)  # quiet-scene skips kept
@@ -167,3 +169,19 @@ def test_no_service_at_the_target_is_a_clear_error_and_exit_code_2_not_a_traceba
                 "--out", str(tmp_path / "out")])
     assert code == 2
     assert "could not reach the service at http://127.0.0.1:9 (ConnectError" in caplog.text
+
+
+def test_a_window_is_as_fresh_as_its_last_answer():
+    # Three questions per window; the graph asks questions 2 and 3 after the first one's first token.
+    statuses = {"a": {"name": "a", "windows_dropped": {}, "state": "running"}}
+    answers = [timed("a", f, 100.0 + 10 * w + f, q=q) | {"window_index": w}
+               for w in range(6) for q, f in enumerate((2.0, 2.9, 3.4))]
+    r = summarize(answers, statuses, 60.0)
+    t = r["total"]
+    assert t["answers"] == 6 and t["freshness_s_p95"] == pytest.approx(3.4)
+    assert t["first_question_freshness_s_p95"] == pytest.approx(2.0)
+    v = verdict(r, answers, 3.0, 0.01, 0.05, windows_cut=6)
+    assert not v["keeps_up"] and any("p95 freshness 3.4" in x for x in v["reasons"])
+    other_stream = [answer("b", 9.0, w=0)]  # the same window index on another stream is another window
+    both = summarize(answers + other_stream, statuses | {"b": statuses["a"]}, 60.0)
+    assert both["cameras"]["b"]["answers"] == 1 and both["total"]["answers"] == 7

@@ -174,3 +174,15 @@ def test_sweep_search_bisects_between_best_pass_and_first_failure():
     assert next_search_level([(4, True), (5, False)]) is None
     assert next_search_level([(1, True), (2, True)]) is None
     assert next_search_level([(1, False)]) is None
+
+
+def test_freshness_counts_a_window_once_with_its_last_answer():
+    # all_questions: three requests about each window; the window is answered when the last one is.
+    recs = [rec("cam-0", 10.0 * k, 10.0 * k + f, seq=3 * k + i)
+            for k in range(1, 5) for i, f in enumerate((1.0, 1.2, 2.5))]
+    s = summarize(recs, Criteria(slo_s=2.0))["summary"]
+    assert s["measured"] == 12 and s["freshness_s"]["count"] == 4  # windows, not requests
+    assert s["freshness_s"]["p50"] == pytest.approx(2.5) and s["freshness_s"]["max"] == pytest.approx(2.5)
+    assert not s["keeps_up"] and any("p95 freshness 2.50" in r for r in s["reasons"])
+    one = summarize([r for r in recs if r.seq % 3 == 0], Criteria(slo_s=2.0))["summary"]  # first questions only
+    assert one["keeps_up"] and one["freshness_s"]["p95"] == pytest.approx(1.0)
