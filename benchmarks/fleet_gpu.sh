@@ -11,6 +11,9 @@
 #   bash benchmarks/fleet_gpu.sh graph-start [CONFIG] [key=value ...]   # serve run configs/h200.yaml
 #                                                         # (or CONFIG, e.g. configs/h200-fp8.yaml)
 #   bash benchmarks/fleet_gpu.sh graph Q LEVELS           # loadtest --streams: the service reads the cameras
+#   bash benchmarks/fleet_gpu.sh crosscheck RATE [N]      # vLLM's own `vllm bench serve` against whichever server
+#                                                         # runs: N (96) distinct 10-s windows of the clip as files,
+#                                                         # RATE requests/s (cameras / 10), nearly even arrivals
 #   bash benchmarks/fleet_gpu.sh stop                     # whichever server runs; GPU memory printed
 # Q is 1 or 3; LEVELS e.g. 24,30,36 (ascending); DURATION_S (80) the measured seconds per level; FIRST (0) the
 # first copy index (a later sweep on the same server takes copies no earlier sweep used).
@@ -39,7 +42,7 @@ case "$phase" in
     nvidia-smi --query-gpu=memory.used --format=csv,noheader
     setsid nohup python3 -m vllm.entrypoints.cli.main serve "$CK" --served-model-name cosmos-reason1-7b-dummy \
       --port 8000 --host 127.0.0.1 --load-format dummy --dtype bfloat16 \
-      --media-io-kwargs '{"video":{"fps":4}}' \
+      --media-io-kwargs '{"video":{"fps":4}}' --allowed-local-media-path "$PWD/.gpu-clips" \
       --compilation-config '{"compile_mm_encoder":true,"cudagraph_mm_encoder":true}' \
       $([ "${PREFIX_CACHING:-1}" = 1 ] || echo --no-enable-prefix-caching) \
       > /tmp/plain_server.log 2>&1 < /dev/null &
@@ -87,6 +90,40 @@ case "$phase" in
       streams.max_frame_memory_bytes=34359738368 \
       model.engine_args.enable_prefix_caching=$([ "${PREFIX_CACHING:-1}" = 1 ] && echo true || echo false) "$@" || exit 5
     cp /tmp/derived.yaml "$OUT/fleet_graph_config.yaml" ;;
+  crosscheck)
+    # Issue 26's cross-check with a tool no one here wrote. The windows are cut once (benchmarks.workload:
+    # distinct start offsets over the clip) into .gpu-clips/xwin, under both servers' allowed media paths.
+    # --burstiness 100: gamma-distributed gaps of nearly constant length, as real-time cameras send. The
+    # graph's requests carry its config's system prompt (~30 tokens more of 8,129); plain's carry none.
+    rate=${1:?RATE (requests/s, e.g. 1.6 for 16 cameras of 10-s windows)}; n=${2:-96}; W=$PWD/.gpu-clips/xwin
+    side=graph; [ -f /tmp/plain_server.log ] && side=plain
+    [ -f "$W/cross_$n.json" ] || python3 - "$n" "$W" "$CLIP" <<'PY' || exit 6
+import json, sys
+from pathlib import Path
+
+import av
+
+from benchmarks.workload import QUESTION, cut_window_files, windows
+
+n, out, clip = int(sys.argv[1]), Path(sys.argv[2]), Path(".gpu-clips") / sys.argv[3]
+with av.open(str(clip)) as c:
+    duration_s = float(c.duration / 1e6)
+files = cut_window_files(windows(clip, n, duration_s), out, workers=12)
+rows = [{"id": f"w{i}", "video": str(p), "conversations": [{"from": "human", "value": QUESTION},
+         {"from": "gpt", "value": "a b c d e f g h"}]} for i, p in enumerate(files)]
+(out / f"cross_{n}.json").write_text(json.dumps(rows))
+PY
+    model=$(curl -s http://127.0.0.1:8000/v1/models | python3 -c 'import json,sys;print(json.load(sys.stdin)["data"][0]["id"])')
+    extra=(); [ "$side" = plain ] && extra=(--extra-body '{"mm_processor_kwargs":{"device":"cuda"}}')
+    name="fleet_crosscheck_${side}_r$rate"
+    python3 -m vllm.entrypoints.cli.main bench serve --backend openai-chat --base-url http://127.0.0.1:8000 \
+      --endpoint /v1/chat/completions --model "$model" --tokenizer "$CK" --dataset-name sharegpt \
+      --dataset-path "$W/cross_$n.json" --num-prompts "$n" --request-rate "$rate" --burstiness 100 \
+      --sharegpt-output-len 256 --ignore-eos --percentile-metrics ttft,e2el --metric-percentiles 50,95,99 \
+      --disable-tqdm --save-result --result-dir "$OUT" --result-filename "$name.json" "${extra[@]}" \
+      > "$OUT/$name.log" 2>&1
+    echo "== crosscheck $side $rate/s rc=$?"
+    grep -E "Successful|Failed|Request throughput|Median E2EL|P95 E2EL|P95 TTFT" "$OUT/$name.log" ;;
   stop)
     if [ -f /tmp/plain_server.log ]; then
       kill -INT -- -"$(cat /tmp/plain.pid)" 2>/dev/null; sleep 8
