@@ -176,8 +176,8 @@ def _plot(answers: list[dict[str, Any]], names: dict[str, str], path: Path, t0: 
     for sid, name in names.items():
         pts = [
             (a["_received"] - t0, a["timings"]["freshness_s"])
-            for a in answers
-            if a["stream_id"] == sid and a["question_index"] == 0
+            for a in window_answers(answers)
+            if a["stream_id"] == sid
         ]
         if pts:
             ax.plot(*zip(*pts, strict=True), marker=".", label=name or sid)
