@@ -27,8 +27,10 @@ from pydantic.fields import FieldInfo
 
 from serve_app.cameras import protocol as stream_protocol
 from serve_app.config import AppConfig
+from serve_app.errors import ErrorDetail, ErrorEvent, ErrorResponse
 from serve_app.http.chat import protocol as openai_api
 from serve_app.http.query import protocol as api
+from serve_app.protocol import VideoInfo
 
 ROOT = Path(__file__).resolve().parents[1]
 REGENERATE = "python -m cosmos_tools.docs"
@@ -39,11 +41,12 @@ HEADER = (
 #: Longest default shown in full; longer ones (the system prompt) are cut.
 MAX_DEFAULT_CHARS = 60
 
-#: The request and response shapes of the API, by route, in page order.
+#: The request, response and event models of the API, by route, in page order. Every model that a listed
+#: model's field names is listed too (tests/unit/tools/test_docs_reference.py holds that).
 API_MODELS: tuple[tuple[str, tuple[type[BaseModel], ...]], ...] = (
     (
         "`POST /v1/video/query`",
-        (api.QueryRequest, api.QueryResponse, api.QueryAnswer, api.QueryUsage, api.QueryTimings),
+        (api.QueryRequest, api.QueryResponse, api.QueryAnswer, api.QueryUsage, api.QueryTimings, VideoInfo),
     ),
     (
         "`POST /v1/video/query` with `stream: true` (server-sent events)",
@@ -57,22 +60,44 @@ API_MODELS: tuple[tuple[str, tuple[type[BaseModel], ...]], ...] = (
             openai_api.ContentPart,
             openai_api.VideoURL,
             openai_api.StreamOptions,
+            openai_api.ChatCompletion,
+            openai_api.Choice,
+            openai_api.AssistantMessage,
+            openai_api.CompletionUsage,
         ),
     ),
+    (
+        "`POST /v1/chat/completions` with `stream: true` (server-sent events, then `data: [DONE]`)",
+        (openai_api.ChatCompletionChunk, openai_api.ChunkChoice, openai_api.ChoiceDelta),
+    ),
+    ("`GET /v1/models`", (openai_api.ModelList, openai_api.ModelCard)),
     (
         "`POST /v1/streams` and the stream routes",
         (
             stream_protocol.StreamCreate,
             stream_protocol.AlertRule,
+            stream_protocol.SkipUnchanged,
             stream_protocol.StreamStatus,
+            stream_protocol.WebhookCounts,
             stream_protocol.StreamList,
             stream_protocol.LatencySummary,
             stream_protocol.LastAnswer,
             stream_protocol.Deleted,
-            stream_protocol.WindowTimes,
-            stream_protocol.AnswerTimings,
         ),
     ),
+    (
+        "`GET /v1/streams/{id}/events` and `GET /v1/events` (server-sent events; the event name is the `type`)",
+        (
+            stream_protocol.AnswerEvent,
+            stream_protocol.AlertEvent,
+            stream_protocol.SkippedEvent,
+            stream_protocol.StateEvent,
+            stream_protocol.WindowTimes,
+            stream_protocol.AnswerTimings,
+            stream_protocol.AnswerUsage,
+        ),
+    ),
+    ("Errors (every route)", (ErrorResponse, ErrorDetail, ErrorEvent)),
 )
 
 
@@ -208,8 +233,9 @@ def api_page() -> str:
     """``docs/reference/api.md``: the request, response and event models of every route."""
     intro = (
         "# API reference\n\n"
-        "The bodies the routes accept and return, from the pydantic models in `serve_app/http/query/protocol.py`, "
-        "`serve_app/http/chat/protocol.py` and `serve_app/cameras/protocol.py`. Request models refuse unknown fields "
+        "The bodies the routes accept and return, and the events they stream, from the pydantic models in "
+        "`serve_app/http/query/protocol.py`, `serve_app/http/chat/protocol.py`, `serve_app/cameras/protocol.py`, "
+        "`serve_app/protocol.py` (`VideoInfo`) and `serve_app/errors.py`. Request models refuse unknown fields "
         "(400 naming the field). How the routes behave, errors and examples: [../api.md](../api.md).\n"
     )
     parts = [HEADER.format(cmd=REGENERATE), intro]

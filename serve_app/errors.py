@@ -222,7 +222,7 @@ def internal_error(request_id: str | None = None) -> ErrorInfo:
 class ErrorDetail(BaseModel):
     """The ``error`` object of every error body."""
 
-    type: str = Field(..., description="Error kind, e.g. invalid_request_error (see the classes above).")
+    type: str = Field(..., description="Error kind, e.g. invalid_request_error (400) or payload_too_large (413).")
     message: str = Field(..., description="What was wrong and what the limit is; never the input's bytes.")
     param: str | None = Field(..., description="The request field at fault, or null.")
 
@@ -230,13 +230,14 @@ class ErrorDetail(BaseModel):
 class ErrorResponse(BaseModel):
     """The JSON body of every error response: ``{"error": {"type", "message", "param"}}``."""
 
-    error: ErrorDetail
+    error: ErrorDetail = Field(..., description="What went wrong.")
 
 
 class ErrorEvent(ErrorResponse):
-    """An error inside a ``/v1/video/query`` event stream: the error body plus ``"type": "error"``."""
+    """An error inside an event stream (``/v1/video/query`` with ``stream: true``; the stream events, as the
+    ``error`` event that ends them): the error body plus ``"type": "error"``."""
 
-    type: Literal["error"] = "error"
+    type: Literal["error"] = Field("error", description="The event's kind.")
 
 
 def error_value(err: ServeAppError | ErrorInfo) -> ErrorInfo:

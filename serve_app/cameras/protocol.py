@@ -149,12 +149,12 @@ class LatencySummary(_Frozen):
 class LastAnswer(_Frozen):
     """The latest answer of a stream."""
 
-    event_id: int
-    window_index: int
-    answer: str
-    reasoning: str | None
+    event_id: int = Field(..., description="The id of the answer event it came in (the stream worker's own count).")
+    window_index: int = Field(..., description="The window it answers (0: the stream's first window).")
+    answer: str = Field(..., description="The <answer> part of the text, or the whole text without that format.")
+    reasoning: str | None = Field(..., description="The <think> part of the text, if any.")
     answered_at: float = Field(..., description="Wall clock (Unix seconds).")
-    random_weights: bool
+    random_weights: bool = Field(..., description="True: the model's weights are random; the text is meaningless.")
 
 
 class WebhookCounts(_Frozen):
@@ -172,135 +172,142 @@ class WebhookCounts(_Frozen):
 class StreamStatus(_Frozen):
     """One stream: ``GET /v1/streams/{id}`` and the items of ``GET /v1/streams``."""
 
-    object: Literal["stream"] = "stream"
-    id: str
-    name: str | None
+    object: Literal["stream"] = Field("stream", description="Always stream.")
+    id: str = Field(..., description="The stream's id, made by the server (str_<hex>).")
+    name: str | None = Field(..., description="The label given at creation, or null.")
     url: str = Field(..., description="The source, with any user:password removed.")
-    state: StreamState
-    window_s: float
-    every_s: float
-    fps: float
-    questions: list[str]
-    loop: bool
-    alert: AlertRule | None
+    state: StreamState = Field(
+        ..., description="connecting (first open), running (frames arrive), reconnecting (the camera failed or "
+        "stalled; retried with backoff) or failed (a permanent error)."
+    )
+    window_s: float = Field(..., description="Window length in stream seconds.")
+    every_s: float = Field(..., description="Seconds between window starts.")
+    fps: float = Field(..., description="Frames sampled per second of stream time.")
+    questions: list[str] = Field(..., description="Questions asked about every window; the first is the standing one.")
+    loop: bool = Field(..., description="Files: replayed in real time, from the start again at the end.")
+    alert: AlertRule | None = Field(..., description="The alert rule, or null.")
     created_at: float = Field(..., description="Unix seconds.")
     worker: int = Field(
         0, description="Index of the stream worker that reads this camera (0 … streams.workers − 1: crc32(id) mod it)."
     )
     frames_received: int = Field(..., description="Frames decoded since the worker started this stream.")
-    windows_cut: int
-    windows_answered: int
+    windows_cut: int = Field(..., description="Windows cut from the camera since the worker started this stream.")
+    windows_answered: int = Field(..., description="Windows whose first question the model answered.")
     windows_dropped: dict[str, int] = Field(..., description="Dropped windows by reason (see DropReason).")
     windows_skipped: int = Field(0, description="Windows not sent to the model: unchanged (skip_unchanged).")
-    skip_unchanged: SkipUnchanged | None = None
-    alerts: int
+    skip_unchanged: SkipUnchanged | None = Field(None, description="The quiet-scene settings, or null (off).")
+    alerts: int = Field(..., description="Answers that matched the alert rule.")
     webhooks: WebhookCounts = Field(default_factory=WebhookCounts, description="Alert webhook deliveries.")
-    reconnects: int
-    last_error: str | None
+    reconnects: int = Field(..., description="Times the camera was opened again after a failure or stall.")
+    last_error: str | None = Field(..., description="The last error of the camera or of the model, or null.")
     latency_ms: LatencySummary = Field(..., description="Window handed to the model → answer, ms.")
     freshness_s: LatencySummary = Field(..., description="Answer time − window end (wall clock), seconds.")
-    last_answer: LastAnswer | None
+    last_answer: LastAnswer | None = Field(..., description="The newest answer to the first question, or null.")
 
 
 class StreamList(_Frozen):
     """``GET /v1/streams``."""
 
-    object: Literal["list"] = "list"
-    data: list[StreamStatus]
+    object: Literal["list"] = Field("list", description="Always list.")
+    data: list[StreamStatus] = Field(..., description="Every stream, on every stream worker.")
 
 
 class Deleted(_Frozen):
     """``DELETE /v1/streams/{id}``."""
 
-    id: str
-    object: Literal["stream"] = "stream"
-    deleted: bool = True
+    id: str = Field(..., description="The deleted stream's id.")
+    object: Literal["stream"] = Field("stream", description="Always stream.")
+    deleted: bool = Field(True, description="Always true: the stream is stopped and its camera closed.")
 
 
 class WindowTimes(_Frozen):
     """Where a window lies: stream time (seconds from the stream's first frame; looping files keep
     counting) and wall clock (Unix seconds when its first and last frames arrived)."""
 
-    start_s: float
-    end_s: float
-    wall_start: float
-    wall_end: float
+    start_s: float = Field(..., description="The window's first frame, stream seconds.")
+    end_s: float = Field(..., description="The window's end, stream seconds.")
+    wall_start: float = Field(..., description="When its first frame arrived, Unix seconds.")
+    wall_end: float = Field(..., description="When its last frame arrived, Unix seconds.")
 
 
 class AnswerTimings(_Frozen):
     """Milliseconds: decode (sampling + resize of the window), queue (waiting for the model), model, total."""
 
-    decode_ms: float
-    queue_ms: float | None
-    model_ms: float | None
-    ttft_ms: float | None
+    decode_ms: float = Field(..., description="Sampling and resizing the window's frames.")
+    queue_ms: float | None = Field(..., description="Waiting in the engine before generation started (null: unknown).")
+    model_ms: float | None = Field(..., description="Generation after the queue (null: unknown).")
+    ttft_ms: float | None = Field(..., description="Engine call to the first token (null: no token).")
     latency_ms: float = Field(..., description="Window handed to the model → answer.")
     freshness_s: float = Field(..., description="Answer time − window end (wall clock), seconds.")
 
 
 class AnswerUsage(_Frozen):
-    prompt_tokens: int | None
-    completion_tokens: int
-    video_tokens: int
+    """Token counts of one answer."""
+
+    prompt_tokens: int | None = Field(..., description="Prompt tokens, video tokens included (null: unknown).")
+    completion_tokens: int = Field(..., description="Generated tokens.")
+    video_tokens: int = Field(..., description="Tokens the window's frames take in the prompt.")
 
 
 class _Event(_Frozen):
     id: int = Field(..., description="Event id (increasing; send it back as Last-Event-ID).")
-    stream_id: str
+    stream_id: str = Field(..., description="The stream it is about.")
     time: float = Field(..., description="Wall clock, Unix seconds.")
 
 
 class AnswerEvent(_Event):
     """One answered window (one question)."""
 
-    type: Literal["answer"] = "answer"
-    window_index: int
-    question_index: int
-    question: str
-    window: WindowTimes
-    frames: int
-    answer: str
-    reasoning: str | None
-    finish_reason: str | None
-    timings: AnswerTimings
-    usage: AnswerUsage
-    model: str
+    type: Literal["answer"] = Field("answer", description="Also the SSE event name.")
+    window_index: int = Field(..., description="The window answered (0: the stream's first window).")
+    question_index: int = Field(..., description="Which of the stream's questions (0: the standing one).")
+    question: str = Field(..., description="The question, as asked.")
+    window: WindowTimes = Field(..., description="Where the window lies in stream time and wall clock.")
+    frames: int = Field(..., description="Frames sent to the model.")
+    answer: str = Field(..., description="The <answer> part of the text, or the whole text without that format.")
+    reasoning: str | None = Field(..., description="The <think> part of the text, if any.")
+    finish_reason: str | None = Field(..., description="stop, length or abort (the engine's); null if unknown.")
+    timings: AnswerTimings = Field(..., description="Where the time went.")
+    usage: AnswerUsage = Field(..., description="Token counts.")
+    model: str = Field(..., description="The served model name.")
     random_weights: bool = Field(..., description="True: the model's weights are random; the text is meaningless.")
-    note: str | None = None
+    note: str | None = Field(
+        None, description="The random-weights note, or why the answer format was not followed, or null."
+    )
     windows_dropped: int = Field(..., description="The stream's dropped windows so far.")
 
 
 class AlertEvent(_Event):
     """An answer that matched the stream's alert rule."""
 
-    type: Literal["alert"] = "alert"
-    window_index: int
-    answer_event_id: int
-    matched: list[str]
-    answer: str
-    random_weights: bool
+    type: Literal["alert"] = Field("alert", description="Also the SSE event name.")
+    window_index: int = Field(..., description="The window whose answer matched.")
+    answer_event_id: int = Field(..., description="The id of the answer event that matched.")
+    matched: list[str] = Field(..., description="The keywords (or yes / no) found in the answer.")
+    answer: str = Field(..., description="The answer that matched.")
+    random_weights: bool = Field(..., description="True: the model's weights are random; the text is meaningless.")
 
 
 class SkippedEvent(_Event):
     """A window not sent to the model because nothing changed (``skip_unchanged``): the answer of
     window ``since_window_index`` stands. Alert rules never match a skipped window."""
 
-    type: Literal["skipped"] = "skipped"
-    window_index: int
-    window: WindowTimes
+    type: Literal["skipped"] = Field("skipped", description="Also the SSE event name.")
+    window_index: int = Field(..., description="The window not sent to the model.")
+    window: WindowTimes = Field(..., description="Where the window lies in stream time and wall clock.")
     since_window_index: int = Field(..., description="The last answered window, whose answer stands.")
     change: float = Field(..., description="The window's change measure (fraction of grid cells).")
-    threshold: float
-    message: str
+    threshold: float = Field(..., description="The stream's skip_unchanged threshold it stayed under.")
+    message: str = Field(..., description="unchanged since window k; previous answer stands (with the measure).")
 
 
 class StateEvent(_Event):
     """A stream's state changed (or it was created / deleted)."""
 
-    type: Literal["state"] = "state"
-    state: StreamState | Literal["deleted"]
-    previous: StreamState | None
-    error: str | None = None
+    type: Literal["state"] = Field("state", description="Also the SSE event name.")
+    state: StreamState | Literal["deleted"] = Field(..., description="The new state (deleted: the stream was deleted).")
+    previous: StreamState | None = Field(..., description="The state before (null: the stream is new).")
+    error: str | None = Field(None, description="Why the camera failed or is reconnecting, or null.")
 
 
 StreamEvent: TypeAlias = AnswerEvent | AlertEvent | SkippedEvent | StateEvent
@@ -309,7 +316,7 @@ StreamEvent: TypeAlias = AnswerEvent | AlertEvent | SkippedEvent | StateEvent
 class EventBatch(_Frozen):
     """What the stream worker hands the ingress per poll: events after ``after`` (oldest first)."""
 
-    events: list[AnswerEvent | AlertEvent | SkippedEvent | StateEvent]
+    events: list[AnswerEvent | AlertEvent | SkippedEvent | StateEvent] = Field(..., description="Oldest first.")
     missed: bool = Field(False, description="Events between `after` and the first one fell out of the history.")
     last_id: int = Field(0, description="The newest event id the worker has handed out.")
 

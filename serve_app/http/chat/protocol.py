@@ -119,28 +119,30 @@ class CompletionUsage(BaseModel):
 class AssistantMessage(BaseModel):
     """The answer's message in a ``chat.completion``."""
 
-    role: Literal["assistant"] = "assistant"
-    content: str
+    role: Literal["assistant"] = Field("assistant", description="Always assistant.")
+    content: str = Field(..., description="The whole generated text (the <think> part included).")
 
 
 class Choice(BaseModel):
     """The one choice of a ``chat.completion``."""
 
-    index: int = 0
-    message: AssistantMessage
-    logprobs: None = None
-    finish_reason: Literal["stop", "length"]
+    index: int = Field(0, description="Always 0 (one choice).")
+    message: AssistantMessage = Field(..., description="The answer.")
+    logprobs: None = Field(None, description="Always null (log probabilities are not served).")
+    finish_reason: Literal["stop", "length"] = Field(
+        ..., description="length: max_tokens was reached; stop: otherwise (an end token or a stop string)."
+    )
 
 
 class ChatCompletion(BaseModel):
     """OpenAI's ``chat.completion`` object (``created``: Unix seconds)."""
 
     id: str = Field(..., description="chatcmpl-<request id>.")
-    object: Literal["chat.completion"] = "chat.completion"
-    created: int
-    model: str
-    choices: list[Choice]
-    usage: CompletionUsage
+    object: Literal["chat.completion"] = Field("chat.completion", description="Always chat.completion.")
+    created: int = Field(..., description="When the request came, Unix seconds.")
+    model: str = Field(..., description="The served model name.")
+    choices: list[Choice] = Field(..., description="One choice.")
+    usage: CompletionUsage = Field(..., description="Token counts.")
 
     @classmethod
     def build(cls, *, completion_id: str, created: int, model: str, done: Done, text: str) -> ChatCompletion:
@@ -161,8 +163,8 @@ class ChoiceDelta(BaseModel):
     :class:`ChatCompletionChunk`).
     """
 
-    role: Literal["assistant"] | None = None
-    content: str | None = None
+    role: Literal["assistant"] | None = Field(None, description="assistant, in the first chunk only.")
+    content: str | None = Field(None, description="The text generated since the last chunk.")
 
     @model_serializer(mode="wrap")
     def _only_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
@@ -173,21 +175,27 @@ class ChoiceDelta(BaseModel):
 class ChunkChoice(BaseModel):
     """The one choice of a ``chat.completion.chunk``."""
 
-    index: int = 0
-    delta: ChoiceDelta
-    logprobs: None = None
-    finish_reason: Literal["stop", "length"] | None = None
+    index: int = Field(0, description="Always 0 (one choice).")
+    delta: ChoiceDelta = Field(..., description="What this chunk adds.")
+    logprobs: None = Field(None, description="Always null (log probabilities are not served).")
+    finish_reason: Literal["stop", "length"] | None = Field(
+        None, description="In the last chunk with choices: as in chat.completion; null before."
+    )
 
 
 class ChatCompletionChunk(BaseModel):
     """OpenAI's ``chat.completion.chunk`` object; ``usage`` only on the usage-only last chunk."""
 
-    id: str
-    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
-    created: int
-    model: str
-    choices: list[ChunkChoice]
-    usage: CompletionUsage | None = None
+    id: str = Field(..., description="chatcmpl-<request id>, the same in every chunk.")
+    object: Literal["chat.completion.chunk"] = Field(
+        "chat.completion.chunk", description="Always chat.completion.chunk."
+    )
+    created: int = Field(..., description="When the request came, Unix seconds.")
+    model: str = Field(..., description="The served model name.")
+    choices: list[ChunkChoice] = Field(..., description="One choice; empty in the usage-only last chunk.")
+    usage: CompletionUsage | None = Field(
+        None, description="Token counts, in the last chunk only, with stream_options.include_usage."
+    )
 
     @model_serializer(mode="wrap")
     def _omit_null_usage(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
@@ -200,14 +208,14 @@ class ChatCompletionChunk(BaseModel):
 class ModelCard(BaseModel):
     """OpenAI's model object (``created``: Unix seconds)."""
 
-    id: str
-    object: Literal["model"] = "model"
-    created: int
-    owned_by: str = "cosmos-serve"
+    id: str = Field(..., description="The served model name (the model field of requests).")
+    object: Literal["model"] = Field("model", description="Always model.")
+    created: int = Field(..., description="When the ingress started, Unix seconds.")
+    owned_by: str = Field("cosmos-serve", description="Always cosmos-serve.")
 
 
 class ModelList(BaseModel):
     """``GET /v1/models``: the one served model."""
 
-    object: Literal["list"] = "list"
-    data: list[ModelCard]
+    object: Literal["list"] = Field("list", description="Always list.")
+    data: list[ModelCard] = Field(..., description="The one served model.")

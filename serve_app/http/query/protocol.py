@@ -143,7 +143,7 @@ class QueryAnswer(BaseModel):
     format_followed: bool = Field(..., description="True when the text has the <think>/<answer> format.")
     text: str = Field(..., description="The whole generated text.")
     finish_reason: str | None = Field(..., description="stop, length or abort (the engine's); null if unknown.")
-    usage: QueryUsage
+    usage: QueryUsage = Field(..., description="Token counts of this answer.")
 
     @classmethod
     def build(cls, question: str, info: ClipInfo, text: str, done: Done) -> QueryAnswer:
@@ -169,7 +169,7 @@ class QueryResponse(BaseModel):
     """The JSON body of a completed ``/v1/video/query`` (``format_note`` and ``note`` only when set)."""
 
     id: str = Field(..., description="The request id (also the X-Request-Id response header).")
-    object: Literal["video.query"] = "video.query"
+    object: Literal["video.query"] = Field("video.query", description="Always video.query.")
     model: str = Field(..., description="The served model name.")
     random_weights: bool = Field(..., description="True when the text is meaningless (random weights).")
     answer: str | None = Field(..., description="The <answer> part of the text, if the model followed the format.")
@@ -177,10 +177,10 @@ class QueryResponse(BaseModel):
     format_followed: bool = Field(..., description="True when the text has the <think>/<answer> format.")
     text: str = Field(..., description="The whole generated text.")
     finish_reason: str | None = Field(..., description="stop, length or abort (the engine's); null if unknown.")
-    video: VideoInfo
+    video: VideoInfo = Field(..., description="What was sampled from the clip.")
     warnings: list[str] = Field(..., description="Notes from decoding (e.g. where decoding stopped).")
-    usage: QueryUsage
-    timings: QueryTimings
+    usage: QueryUsage = Field(..., description="Token counts (the first question's, with questions).")
+    timings: QueryTimings = Field(..., description="Where the time went.")
     format_note: str | None = Field(None, description="Why the format was not followed (omitted when it was).")
     note: str | None = Field(None, description="The random-weights note (omitted for real weights).")
     answers: list[QueryAnswer] | None = Field(
@@ -232,20 +232,22 @@ class QueryResponse(BaseModel):
 class QueryClipEvent(BaseModel):
     """First event of a ``/v1/video/query`` stream: what was sampled."""
 
-    type: Literal["clip"] = "clip"
+    type: Literal["clip"] = Field(
+        "clip", description="The event's kind (the SSE events of this route carry no event name)."
+    )
     id: str = Field(..., description="The request id.")
-    video: VideoInfo
-    warnings: list[str]
+    video: VideoInfo = Field(..., description="What was sampled from the clip.")
+    warnings: list[str] = Field(..., description="Notes from decoding (e.g. where decoding stopped).")
 
 
 class QueryDeltaEvent(BaseModel):
     """Newly generated text in a ``/v1/video/query`` stream."""
 
-    type: Literal["delta"] = "delta"
-    text: str
+    type: Literal["delta"] = Field("delta", description="The event's kind.")
+    text: str = Field(..., description="The text generated since the last event.")
 
 
 class QueryDoneEvent(QueryResponse):
     """Last event of a ``/v1/video/query`` stream: the whole response, with ``"type": "done"``."""
 
-    type: Literal["done"] = "done"
+    type: Literal["done"] = Field("done", description="The event's kind.")

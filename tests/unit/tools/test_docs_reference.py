@@ -6,7 +6,9 @@ a field added, renamed or redescribed in ``serve_app`` without regenerating them
 
 from __future__ import annotations
 
+import typing
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -56,6 +58,37 @@ def test_every_request_model_field_is_on_the_api_page():
                 assert f"| `{name}` |" in page, (model.__name__, name)
                 if info.description:
                     assert docs.cell(info.description) in page, (model.__name__, name)
+
+
+def listed_models() -> list[type[BaseModel]]:
+    return [model for _title, models in docs.API_MODELS for model in models]
+
+
+def test_every_api_field_has_a_description():
+    missing = [f"{m.__name__}.{name}" for m in listed_models() for name, info in m.model_fields.items()
+               if not (info.description or "").strip()]  # fmt: skip
+    assert missing == [], f"API fields without a description (the reference shows '—'): {missing}"
+
+
+def models_named_by(annotation: Any) -> set[type[BaseModel]]:
+    """The pydantic models an annotation names, through unions, lists, tuples and dicts."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return {annotation}
+    return set().union(*(models_named_by(a) for a in typing.get_args(annotation)))
+
+
+def test_the_walk_finds_models_inside_unions_and_lists():
+    from serve_app.cameras import protocol as p
+
+    assert models_named_by(list[p.AnswerEvent | p.StateEvent] | None) == {p.AnswerEvent, p.StateEvent}
+    assert models_named_by(dict[str, int]) == set()
+
+
+def test_every_model_a_listed_model_names_is_listed_too():
+    listed = set(listed_models())
+    named = {(m.__name__, n.__name__) for m in listed for info in m.model_fields.values()
+             for n in models_named_by(info.annotation) if n not in listed}  # fmt: skip
+    assert named == set(), f"models named by API fields but not on the reference page: {sorted(named)}"
 
 
 def test_check_mode_names_a_stale_page(tmp_path, monkeypatch, capsys):
