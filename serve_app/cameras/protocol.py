@@ -250,7 +250,10 @@ class AnswerUsage(_Frozen):
 
 
 class _Event(_Frozen):
-    id: int = Field(..., description="Event id (increasing; send it back as Last-Event-ID).")
+    id: int = Field(
+        ..., description="The stream worker's event number (increasing). To resume an event stream, send the "
+        "last SSE id: line back as Last-Event-ID: with several stream workers that is a cursor over all of them."
+    )
     stream_id: str = Field(..., description="The stream it is about.")
     time: float = Field(..., description="Wall clock, Unix seconds.")
 
