@@ -117,6 +117,10 @@ def test_paused_camera_recovers_and_killed_worker_resumes(faults_app):
         # the worker's replica dies: Serve replaces it, the stream resumes from the database
         (name,) = replica_actor_names(APP, "StreamWorker")
         kill_replica(name)
+        # The killed replica may answer a status for some milliseconds after ray.kill returns, with its own
+        # windows_answered: wait for the replacement before asking (counts restart with the new worker).
+        replaced = wait(lambda: (names := replica_actor_names(APP, "StreamWorker")) and name not in names, WAIT_S)
+        assert replaced, "Serve did not replace the killed stream worker"
 
         def resumed():
             try:
@@ -127,5 +131,4 @@ def test_paused_camera_recovers_and_killed_worker_resumes(faults_app):
 
         s = wait(resumed, WAIT_S, step_s=1.0)
         assert s, "the stream did not resume after the worker replica was killed"
-        assert replica_actor_names(APP, "StreamWorker") != [name]
         httpx.delete(f"{faults_app}/v1/streams/{sid}", headers=auth(), timeout=30)
