@@ -266,7 +266,7 @@ class AnswerEvent(_Event):
     question_index: int = Field(..., description="Which of the stream's questions (0: the standing one).")
     question: str = Field(..., description="The question, as asked.")
     window: WindowTimes = Field(..., description="Where the window lies in stream time and wall clock.")
-    frames: int = Field(..., description="Frames sent to the model.")
+    frames: int = Field(..., description="Frames sampled from the window (before any padding to an even count).")
     answer: str = Field(..., description="The <answer> part of the text, or the whole text without that format.")
     reasoning: str | None = Field(..., description="The <think> part of the text, if any.")
     finish_reason: str | None = Field(..., description="stop, length or abort (the engine's); null if unknown.")
