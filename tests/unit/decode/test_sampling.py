@@ -140,3 +140,10 @@ def test_plan_picks_matches_the_streaming_selector_without_reference_flags():
     times = np.sort(np.unique(np.round(rng.uniform(0, 20, 300), 3)))
     g = plan_grid(20.0, fps=4, max_frames=128)
     assert list(times[plan_picks(times, g)]) == select(list(times), g)
+
+
+def test_a_window_starting_past_the_clips_end_is_refused_saying_where_the_clip_ends():
+    with pytest.raises(UnprocessableClipError) as info:
+        plan_grid(30.16, fps=4, max_frames=128, start_s=100.0, end_s=130.0)
+    assert info.value.status == 422 and info.value.param == "start_s"
+    assert info.value.message == "start_s 100 s is at or past the clip's end (30.160 s): no frame to sample"

@@ -1,5 +1,6 @@
 """serveConfigV2 rendered from a Serve config: the render rules, the round-trip write, the CLI."""
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -188,3 +189,23 @@ def test_cli_render_reports_a_refused_config(capsys, monkeypatch):
     monkeypatch.chdir(ROOT)
     assert main(["render", "configs/cpu.yaml"]) == 2
     assert "checkpoint" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("missing", ["kubernetes_validate", "jsonschema"])
+def test_cli_check_without_the_k8s_extra_says_how_to_install_it(capsys, monkeypatch, missing):
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setitem(sys.modules, missing, None)  # import of it raises ModuleNotFoundError, as when not installed
+    assert main(["check"]) == 2
+    err = capsys.readouterr().err
+    assert f"no module {missing!r}" in err and '-e ".[k8s]"' in err
+    assert "Traceback" not in err
+
+
+def test_cli_render_write_without_ruamel_says_how_to_install_it(capsys, monkeypatch, tmp_path):
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setitem(sys.modules, "ruamel.yaml", None)
+    target = tmp_path / "rayservice.yaml"
+    target.write_text(MANIFEST.read_text())
+    assert main(["render", "configs/a100.yaml", "--write", str(target)]) == 2
+    assert '-e ".[k8s]"' in capsys.readouterr().err
+    assert target.read_text() == MANIFEST.read_text()  # untouched
