@@ -146,4 +146,4 @@ def test_a_window_starting_past_the_clips_end_is_refused_saying_where_the_clip_e
     with pytest.raises(UnprocessableClipError) as info:
         plan_grid(30.16, fps=4, max_frames=128, start_s=100.0, end_s=130.0)
     assert info.value.status == 422 and info.value.param == "start_s"
-    assert info.value.message == "start_s 100 s is at or past the clip's end (30.160 s): no frame to sample"
+    assert info.value.message == "start_s 100 s is at or past the clip's end (30.160 s): the window is empty"
