@@ -173,7 +173,7 @@ def plan_grid(
     b = clip_end_s if end_s is None else min(end_s, clip_end_s)
     duration = b - a
     if duration <= 0:
-        if a >= clip_end_s:
+        if start_s and a >= clip_end_s:
             message = f"start_s {a:.6g} s is at or past the clip's end ({clip_end_s:.3f} s): the window is empty"
         else:
             message = f"the window from {a:.6g} s to {b:.6g} s is empty (the clip lasts {clip_end_s:.3f} s)"

@@ -147,3 +147,10 @@ def test_a_window_starting_past_the_clips_end_is_refused_saying_where_the_clip_e
         plan_grid(30.16, fps=4, max_frames=128, start_s=100.0, end_s=130.0)
     assert info.value.status == 422 and info.value.param == "start_s"
     assert info.value.message == "start_s 100 s is at or past the clip's end (30.160 s): the window is empty"
+
+
+def test_a_clip_without_duration_is_refused_without_naming_a_start_the_client_did_not_send():
+    with pytest.raises(UnprocessableClipError) as info:
+        plan_grid(0.0, fps=4, max_frames=128)
+    assert info.value.param is None and "start_s" not in info.value.message
+    assert info.value.message == "the window from 0 s to 0 s is empty (the clip lasts 0.000 s)"
