@@ -31,6 +31,12 @@ CK=$PWD/checkpoints/cosmos-reason1-7b-dummy
 CLIP=intel_one-by-one-person-detection.mp4
 # The first questions of benchmarks.lifecycle.QUESTIONS (the same set as the 1-vs-3 burst).
 mapfile -t QS < <(python3 -c "from benchmarks.lifecycle import QUESTIONS; print('\n'.join(QUESTIONS))")
+# The sampling every side uses: the model card's recipe (temperature 0.6, top_p 0.95, repetition_penalty 1.05),
+# which the graph applies by default (model.sampling). Plain `vllm serve` gets it in each request: without it,
+# plain sampled with vLLM's defaults (temperature 1, no top-p, no penalty: no vocabulary sort per step), a lighter
+# decode than the graph's (2026-12-03: at the same 1.6 requests/s and TTFT, plain's last token came 0.39 s sooner).
+read -r TEMP TOP_P REP < <(python3 -c "from serve_app.model_facts import COSMOS_TEMPERATURE as t, COSMOS_TOP_P as p, \
+COSMOS_REPETITION_PENALTY as r; print(t, p, r)")
 questions() { local i; for i in $(seq 0 $(( $1 - 1 ))); do printf -- '--question\n%s\n' "${QS[$i]}"; done; }
 # The device tool brings back at most 8 files from $OUT (2026-12-02: the level folders' answers.csv were left
 # out): each level leaves $name.json (the results) and $name.tgz (its folder, with answers.csv or requests.csv,
@@ -70,7 +76,8 @@ case "$phase" in
         # (../shared/gpu/baseline/ext_client.sh); as a server flag it failed vLLM 0.24's start (2026-12-02:
         # the encoder's dummy batch came out on CUDA and pin_memory() refused it).
         python3 -m loadtest --api openai "${src[@]}" --all-questions --no-live --no-plots "${common[@]}" \
-          --extra-body '{"mm_processor_kwargs":{"device":"cuda"}}' \
+          --temperature "$TEMP" \
+          --extra-body "{\"mm_processor_kwargs\":{\"device\":\"cuda\"},\"top_p\":$TOP_P,\"repetition_penalty\":$REP}" \
           > "$OUT/$name.log" 2>&1
       else
         src=(); for c in "${copies[@]}"; do src+=(--file "distinct/$(basename "$c")"); done
@@ -120,6 +127,7 @@ PY
       --endpoint /v1/chat/completions --model "$model" --tokenizer "$CK" --dataset-name sharegpt \
       --dataset-path "$W/cross_$n.json" --num-prompts "$n" --request-rate "$rate" --burstiness 100 \
       --sharegpt-output-len 256 --ignore-eos --percentile-metrics ttft,e2el --metric-percentiles 50,95,99 \
+      --temperature "$TEMP" --top-p "$TOP_P" --repetition-penalty "$REP" \
       --disable-tqdm --save-result --result-dir "$OUT" --result-filename "$name.json" "${extra[@]}" \
       > "$OUT/$name.log" 2>&1
     echo "== crosscheck $side $rate/s rc=$?"

@@ -145,29 +145,25 @@ class WindowAnswering:
         """Asks every question of the stream about window ``w``; the first question's answer is the window's.
 
         Several questions share the clip: one server-made ``clip_id`` per window (a random hex
-        string, never shared with another window or stream), so the engine keys its caches by it;
-        the first question goes alone, the others once its first token came (its prefill done: the
-        vision encoding and the video's prompt prefix are cached for them, and they decode
-        alongside it). A question that fails counts a dropped window by reason; when the first one
-        fails the others are not asked.
+        string, never shared with another window or stream), so the engine keys its caches by it.
+        They go to the engine together, in order (the first question's call first): vLLM 0.24 caches
+        a request's prompt blocks when it schedules them (``KVCacheManager.allocate_slots``), so a
+        later question scheduled in the same step or after reads the video's blocks instead of
+        prefilling them again, and needs no vision encoding (plain ``vllm serve`` sent a window's three
+        questions at once and got 2/3 of their prompt tokens from the prefix cache,
+        ``results/gpu/fleet-q3/README.md``). A question that fails counts a dropped window by reason;
+        when the first one fails the others are cancelled.
         """
         spec = st.spec
         # The held frames become the model's input once per window (every question sends the same), off the loop.
         clip = await asyncio.to_thread(lambda: self.prepare(w.clip()))
         clip_id = uuid.uuid4().hex if len(spec.questions) > 1 else None
-        prefilled = asyncio.Event()
-        first = asyncio.ensure_future(self._ask_one(st, w, clip, 0, clip_id, prefilled.set))
-        tasks: list[asyncio.Future[Any]] = [first]
+        # Tasks start in creation order, so the engine gets the first question's call first.
+        tasks = [asyncio.ensure_future(self._ask_one(st, w, clip, qi, clip_id)) for qi in range(len(spec.questions))]
         try:
-            if len(spec.questions) > 1:
-                waiter = asyncio.ensure_future(prefilled.wait())
-                tasks.append(waiter)
-                await asyncio.wait({first, waiter}, return_when=asyncio.FIRST_COMPLETED)
-                if not (first.done() and not first.result()):  # the first did not fail before its first token
-                    tasks += [asyncio.ensure_future(self._ask_one(st, w, clip, qi, clip_id, None))
-                              for qi in range(1, len(spec.questions))]  # fmt: skip
-            answered = await first
-            await asyncio.gather(*tasks[2:])
+            answered = await tasks[0]
+            if answered:  # otherwise the window is dropped, and the finally cancels the other questions
+                await asyncio.gather(*tasks[1:])
         finally:
             for task in tasks:  # the stream was deleted (cancelled) or a question is left: none outlives the window
                 task.cancel()
@@ -178,10 +174,7 @@ class WindowAnswering:
             if st.quiet is not None and ref is not None:
                 st.quiet.answered(w.window.index, ref[0], ref[1])  # the answered picture is the new reference
 
-    async def _ask_one(
-        self, st: LiveStream, w: ReadyWindow, clip: DecodedClip, qi: int, clip_id: str | None,
-        on_first: Callable[[], None] | None,
-    ) -> bool:
+    async def _ask_one(self, st: LiveStream, w: ReadyWindow, clip: DecodedClip, qi: int, clip_id: str | None) -> bool:
         """Asks question ``qi`` about the window's clip and emits its answer (and, for the first
         question, the stream's last answer and alert); False when it failed (counted as dropped)."""
         spec, cfg = st.spec, self.config
@@ -192,7 +185,7 @@ class WindowAnswering:
         t0 = time.time()
         try:
             chunks = self.ask(ClipQuestion(rid, question, sampling, clip_id=clip_id), clip)
-            info, text, done = await self._collect(chunks, on_first)
+            info, text, done = await self._collect(chunks)
         except Exception as e:  # noqa: BLE001 - classified: refused/unavailable vs failed
             err = error_value(client_error(e, rid, cfg.limits.retry_after_s))
             self._drop(st, "model_busy" if err.status == 503 else "model_error")
@@ -281,11 +274,8 @@ class WindowAnswering:
                     self.webhooks.send(spec.webhook, alert, st.id)
 
     @staticmethod
-    async def _collect(
-        chunks: AsyncIterator[ModelChunk], on_first: Callable[[], None] | None = None
-    ) -> tuple[ClipInfo | ErrorInfo, str, Done | None]:
-        """``(ClipInfo, text, Done)`` from a model stream, or ``(ErrorInfo, "", None)``;
-        ``on_first`` is called at the first token (or the final chunk, whichever comes first).
+    async def _collect(chunks: AsyncIterator[ModelChunk]) -> tuple[ClipInfo | ErrorInfo, str, Done | None]:
+        """``(ClipInfo, text, Done)`` from a model stream, or ``(ErrorInfo, "", None)``.
 
         The stream is read to its end, past its final chunk, by the HTTP pipeline's reader
         (:func:`serve_app.model.chunk_reading.read_to_end`, no deadline: a window has none).
@@ -293,7 +283,7 @@ class WindowAnswering:
         Raises:
             RuntimeError: the stream ended without a ``Done`` or without a ``ClipInfo`` (a model bug).
         """
-        got = await collect(read_to_end(chunks), on_first)
+        got = await collect(read_to_end(chunks))
         if isinstance(got.final, ErrorInfo):
             return got.final, "", None
         if got.final is None:

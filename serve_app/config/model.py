@@ -192,6 +192,14 @@ class ModelConfig(_Model):
         "ready, not during the first burst. Costs about this many decode steps. Set it to the engine's "
         "max_num_seqs; 0: off.",
     )
+    log_stats_interval_s: float = Field(
+        10.0,
+        ge=0,
+        description="Write vLLM's engine stats to the model replica's log every this many seconds while it "
+        "serves (the `vllm serve` line: prompt and generation tokens/s, running and waiting requests, KV-cache "
+        "use, prefix-cache and MM-cache hit rates); `vllm` engine only. 10 s is vLLM's VLLM_LOG_STATS_INTERVAL "
+        "default; 0: off.",
+    )
     stream_interval_ms: float = Field(
         50.0,
         ge=0,

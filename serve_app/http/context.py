@@ -172,14 +172,6 @@ class RouteRunner:
         return StreamingResponse(events, media_type="text/event-stream")
 
     @staticmethod
-    async def collect_signalling(run: ClipRun, on_first: Callable[[], None]) -> tuple[str, Done]:
-        """:meth:`collect`, calling ``on_first`` at the first token (see :meth:`ClipRun.collect`)."""
-        try:
-            return await run.collect(on_first)
-        finally:
-            run.cancel()
-
-    @staticmethod
     async def collect(run: ClipRun) -> tuple[str, Done]:
         """The whole answer of ``run`` (see :meth:`ClipRun.collect`); the run is cancelled on any exit
         (a no-op once finished; on an error or a client that went away, it stops the generation)."""

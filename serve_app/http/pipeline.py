@@ -14,7 +14,7 @@ returned :class:`ClipRun` yields the rest under the request's deadline.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 from ray.exceptions import RayActorError, RayTaskError
@@ -70,15 +70,14 @@ class ClipRun:
         """
         return read_to_end(self._stream, self.deadline)
 
-    async def collect(self, on_first: Callable[[], None] | None = None) -> tuple[str, Done]:
-        """The whole answer text and the :class:`Done` chunk, once the stream has ended (see the class docstring);
-        ``on_first`` is called at the first token (or the final chunk, whichever comes first).
+    async def collect(self) -> tuple[str, Done]:
+        """The whole answer text and the :class:`Done` chunk, once the stream has ended (see the class docstring).
 
         Raises:
             ServeAppError: the model's error value, raised.
             RuntimeError: the stream ended without a ``Done`` (a bug: 500).
         """
-        got = await collect(self.chunks(), on_first)
+        got = await collect(self.chunks())
         if isinstance(got.final, ErrorInfo):
             got.final.raise_()
         if got.final is None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 from serve_app.errors import ErrorInfo
@@ -81,9 +81,8 @@ class Collected:
     final: Done | ErrorInfo | None
 
 
-async def collect(chunks: AsyncIterator[ModelChunk], on_first: Callable[[], None] | None = None) -> Collected:
-    """Reads ``chunks`` (from :func:`read_to_end`) to their end; ``on_first`` is called at the first token
-    (or the final chunk, whichever comes first; a :class:`ClipInfo` does not count).
+async def collect(chunks: AsyncIterator[ModelChunk]) -> Collected:
+    """Reads ``chunks`` (from :func:`read_to_end`) to their end: the :class:`ClipInfo`, the text, the final chunk.
 
     Raises:
         Whatever ``chunks`` raises (see :func:`read_to_end`).
@@ -99,9 +98,6 @@ async def collect(chunks: AsyncIterator[ModelChunk], on_first: Callable[[], None
             parts.append(chunk.text)
         else:
             final = chunk
-        if on_first is not None:
-            on_first()
-            on_first = None
     if isinstance(final, ErrorInfo):
         return Collected(info, "", final)
     return Collected(info, "".join(parts), final)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from typing import Any
 
 from pydantic import BaseModel
 from starlette.requests import Request
@@ -86,24 +85,16 @@ class QueryServing:
         self, ctx: RequestContext, source: ClipSource, q: QueryRequest, questions: list[str]
     ) -> Response:
         """Several questions about one clip: decoded once, one server-made clip identity shared by the
-        questions (the engine keys its caches by it); the first question goes alone, the others once its
-        first token came (its prefill done: the vision encoding and the video's prompt prefix are cached
-        for them), then they decode alongside it. The top-level fields are the first answer's."""
+        questions (the engine keys its caches by it). They go to the engine together, in order: the
+        first question's request first (decoded and taken by the engine), then the others at once, each
+        reading the video's prompt blocks the first one's scheduling cached (see
+        :meth:`serve_app.cameras.answering.WindowAnswering._answer`), and all decode alongside. The
+        top-level fields are the first answer's."""
         clip_id = uuid.uuid4().hex
         first = await self.runner.start(ctx, source, questions[0], q, clip_id=clip_id)
-        prefilled = asyncio.Event()
-        tasks: list[asyncio.Future[tuple[str, Done]]] = [
-            asyncio.ensure_future(self.runner.collect_signalling(first, prefilled.set))
-        ]
         runs = [first]
+        tasks: list[asyncio.Future[tuple[str, Done]]] = [asyncio.ensure_future(self.runner.collect(first))]
         try:
-            waiter: asyncio.Future[Any] = asyncio.ensure_future(prefilled.wait())
-            try:
-                await asyncio.wait({tasks[0], waiter}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                waiter.cancel()
-            if tasks[0].done():
-                tasks[0].result()  # the first question failed before its first token: its error is the response's
             for text in questions[1:]:
                 run = await self.runner.ask_again(ctx, first, text, q, clip_id)
                 runs.append(run)

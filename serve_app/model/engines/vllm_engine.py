@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import time
 from collections.abc import AsyncIterator
@@ -21,7 +22,7 @@ from typing import Any
 
 from serve_app.config import ModelConfig
 from serve_app.config.families import check_family
-from serve_app.log_limit import get_logger
+from serve_app.log_limit import LOG_LIMIT, get_logger
 from serve_app.model.checkpoint import ensure_checkpoint, has_random_weights
 from serve_app.model.engines import engine_process
 from serve_app.model.engines.base import Engine, EngineDeadError, GenerationChunk, GenerationRequest
@@ -49,6 +50,7 @@ class VLLMEngine(Engine):
         self._pool: ThreadPoolExecutor | None = None
         self._tasks: Any = None  # the model's supported tasks, as vLLM reports them
         self._timings_path: str | None = None
+        self._stats_task: asyncio.Task[None] | None = None
         #: seconds of each start phase (``import``: preflight and vLLM's import; ``engine``: AsyncLLM's
         #: build, engine-core process, model load, compile, CUDA graphs)
         self.phases_s: dict[str, float] = {}
@@ -121,6 +123,10 @@ class VLLMEngine(Engine):
             await self.shutdown()  # give the GPU back before the replica fails its start
             raise
         self.chat_template = checkpoint_chat_template(model) or await self._tokenizer_chat_template()
+        if self.config.log_stats_interval_s > 0:
+            self._stats_task = asyncio.get_running_loop().create_task(
+                log_stats_every(self.llm, self.config.log_stats_interval_s)
+            )
         self.phases_s["engine"] = time.perf_counter() - t0
         logger.info(
             "vLLM AsyncLLM ready in %.1f s (%s, random weights %s; preflight + vLLM import %.1f s; compile cache %s; "
@@ -238,8 +244,23 @@ class VLLMEngine(Engine):
 
     async def shutdown(self) -> None:
         """Shuts the engine core down."""
+        if self._stats_task is not None:
+            self._stats_task.cancel()
+            self._stats_task = None
         if self.llm is not None:
             self.llm.shutdown()
             self.llm = None
         if self._pool is not None:
             self._pool.shutdown(wait=False)
+
+
+async def log_stats_every(llm: Any, interval_s: float) -> None:
+    """Calls ``llm.do_log_stats()`` every ``interval_s`` seconds until cancelled, as ``vllm serve``'s API
+    server does (vLLM 0.24 ``AsyncLLM`` logs its stats only when asked: without this the replica's log has
+    no prefix-cache or MM-cache hit rate). A failed call is logged and the loop goes on."""
+    while True:
+        await asyncio.sleep(interval_s)
+        try:
+            await llm.do_log_stats()
+        except Exception:  # noqa: BLE001 - stats are best effort; the engine's health is checked elsewhere
+            LOG_LIMIT.log(logger, logging.WARNING, "vllm stats", "vLLM do_log_stats failed", exc_info=True)

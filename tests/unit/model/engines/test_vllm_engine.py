@@ -324,3 +324,57 @@ def test_without_vllm_nothing_is_patched(monkeypatch):
 
     monkeypatch.setitem(sys.modules, "vllm.tokenizers.hf", None)  # import fails
     assert share_tokenizer_pools() is False
+
+
+class StatsLLM:
+    """Counts ``do_log_stats`` calls; the second one fails."""
+
+    def __init__(self):
+        self.calls = 0
+
+    async def do_log_stats(self):
+        self.calls += 1
+        if self.calls == 2:
+            raise RuntimeError("stats broke")
+
+
+def test_the_engine_stats_are_logged_every_interval_and_a_failed_call_does_not_stop_them(caplog):
+    import asyncio
+
+    from serve_app.model.engines.vllm_engine import log_stats_every
+
+    llm = StatsLLM()
+
+    async def go():
+        task = asyncio.get_running_loop().create_task(log_stats_every(llm, 0.01))
+        for _ in range(500):  # bounded: at most ~5 s
+            if llm.calls >= 4:
+                break
+            await asyncio.sleep(0.01)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        return task
+
+    task = asyncio.run(go())
+    assert llm.calls >= 4  # the loop went on past the failed second call
+    assert task.cancelled()
+    assert any("do_log_stats failed" in r.getMessage() for r in caplog.records)
+
+
+def test_shutdown_stops_the_stats_loop():
+    import asyncio
+
+    from serve_app.config import ModelConfig
+    from serve_app.model.engines.vllm_engine import VLLMEngine, log_stats_every
+
+    async def go():
+        engine = VLLMEngine(ModelConfig(backend="vllm", model_id="m"))
+        llm = StatsLLM()
+        engine._stats_task = asyncio.get_running_loop().create_task(log_stats_every(llm, 3600))
+        task = engine._stats_task
+        await engine.shutdown()
+        await asyncio.gather(task, return_exceptions=True)
+        return engine, task, llm
+
+    engine, task, llm = asyncio.run(go())
+    assert task.cancelled() and engine._stats_task is None and llm.calls == 0
