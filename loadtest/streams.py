@@ -93,6 +93,20 @@ def _pct(values: list[float], q: float) -> float | None:
     return round(float(np.percentile(values, q)), 3) if values else None
 
 
+#: The answer events' server-side timings (ms) the report breaks a window's time into (AnswerTimings).
+SERVER_TIMINGS = ("decode_ms", "queue_ms", "ttft_ms", "model_ms", "latency_ms")
+
+
+def server_timings(answers: list[dict[str, Any]]) -> dict[str, dict[str, float | None]]:
+    """p50 and p95 of each of :data:`SERVER_TIMINGS` over every answer (every question; null values left out),
+    milliseconds: ``{"ttft_ms": {"p50": …, "p95": …}, …}`` (where a window's time went on the server)."""
+    out = {}
+    for key in SERVER_TIMINGS:
+        values = [float(v) for a in answers if (v := a["timings"].get(key)) is not None]
+        out[key] = {"p50": _pct(values, 50), "p95": _pct(values, 95)}
+    return out
+
+
 def window_answers(answers: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One answer per answered window: the one with the largest freshness among its questions' answers.
 
@@ -126,7 +140,7 @@ def summarize(answers: list[dict[str, Any]], statuses: dict[str, dict[str, Any]]
         ``{"total": {...}, "cameras": {id: {...}}}`` with answers (windows answered), answers_per_s,
         freshness_s_p50/p95 (seconds, per window), first_question_freshness_s_p95 (total only),
         latency_ms_p95, windows cut and skipped (``skip_unchanged``: not sent to the model) and dropped
-        windows (by reason and total).
+        windows (by reason and total); the total also has ``server_ms`` (:func:`server_timings`).
     """
     std = window_answers(answers)
     first_q = [a["timings"]["freshness_s"] for a in answers
@@ -162,6 +176,7 @@ def summarize(answers: list[dict[str, Any]], statuses: dict[str, dict[str, Any]]
         "dropped_total": sum(c["dropped_total"] for c in cams.values()),
         "every_camera_answered": bool(cams) and all(c["answers"] > 0 for c in cams.values()),
         "status_unread": sum(1 for st in statuses.values() if "status_unread" in st),
+        "server_ms": server_timings([a for a in answers if a["stream_id"] in statuses]),
     }
     return {"total": total, "cameras": cams}
 
@@ -374,10 +389,11 @@ def run_level(a: argparse.Namespace, n: int, out: Path, argv: list[str]) -> dict
     with open(out / "answers.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["stream_id", "window_index", "question_index", "window_end_s", "received", "freshness_s",
-                    "latency_ms", "answer"])
+                    *SERVER_TIMINGS, "answer"])
         for x in answers:
             w.writerow([x["stream_id"], x["window_index"], x.get("question_index", 0), x["window"]["end_s"],
-                        round(x["_received"], 3), x["timings"]["freshness_s"], x["timings"]["latency_ms"], x["answer"]])
+                        round(x["_received"], 3), x["timings"]["freshness_s"],
+                        *(x["timings"].get(k) for k in SERVER_TIMINGS), x["answer"]])
     _plot(answers, {sid: statuses[sid].get("name") or sid for sid in ids}, out / "freshness.png", t0)
     return doc
 

@@ -112,4 +112,6 @@ def test_the_streams_mode_sweeps_cameras_with_several_questions_and_ignore_eos(c
     questions = {row["question_index"] for row in answers}
     assert questions == {"0", "1"}, answers[:4]  # both questions answered about the windows
     assert run["total"]["answers_all_questions"] == len(answers) and run["total"]["answers"] >= 1
+    assert all(float(row["ttft_ms"]) > 0 and float(row["decode_ms"]) >= 0 for row in answers)  # the server's timings
+    assert run["total"]["server_ms"]["ttft_ms"]["p50"] > 0
     assert doc["best_cameras"] == (1 if level["summary"]["keeps_up"] else None)

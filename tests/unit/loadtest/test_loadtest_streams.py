@@ -185,3 +185,20 @@ def test_a_window_is_as_fresh_as_its_last_answer():
     other_stream = [answer("b", 9.0, w=0)]  # the same window index on another stream is another window
     both = summarize(answers + other_stream, statuses | {"b": statuses["a"]}, 60.0)
     assert both["cameras"]["b"]["answers"] == 1 and both["total"]["answers"] == 7
+
+
+def test_the_total_says_where_a_windows_time_went_on_the_server():
+    def full(sid, ttft_ms, model_ms, q=0):
+        a = answer(sid, 2.0, latency_ms=ttft_ms + model_ms, q=q)
+        a["timings"].update(decode_ms=5.0, queue_ms=1.0, ttft_ms=ttft_ms, model_ms=model_ms)
+        return a
+
+    answers = [full("a", 400.0, 2000.0), full("a", 600.0, 2200.0, q=1), full("b", 500.0, 2100.0),
+               {**full("b", 0.0, 0.0), "timings": {**full("b", 0.0, 0.0)["timings"], "ttft_ms": None}},
+               full("gone", 9000.0, 9000.0)]  # a camera not in the statuses is left out
+    statuses = {"a": {"name": "a", "windows_dropped": {}}, "b": {"name": "b", "windows_dropped": {}}}
+    server = summarize(answers, statuses, 10.0)["total"]["server_ms"]
+    assert server["ttft_ms"] == {"p50": 500.0, "p95": pytest.approx(590.0)}  # the null ttft left out
+    assert server["model_ms"]["p50"] == pytest.approx(2050.0) and server["decode_ms"] == {"p50": 5.0, "p95": 5.0}
+    assert set(server) == {"decode_ms", "queue_ms", "ttft_ms", "model_ms", "latency_ms"}
+    assert summarize([answer("a", 1.0)], statuses, 1.0)["total"]["server_ms"]["ttft_ms"] == {"p50": None, "p95": None}
