@@ -149,9 +149,9 @@ class WindowAnswering:
         They go to the engine together, in order (the first question's call first): vLLM 0.24 caches
         a request's prompt blocks when it schedules them (``KVCacheManager.allocate_slots``), so a
         later question scheduled in the same step or after reads the video's blocks instead of
-        prefilling them again, and needs no vision encoding (plain ``vllm serve`` sent a window's three
-        questions at once and got 2/3 of their prompt tokens from the prefix cache,
-        ``results/gpu/fleet-q3/README.md``). A question that fails counts a dropped window by reason;
+        prefilling them again, and needs no vision encoding (sent this way on an H200, a window's three
+        questions got 2/3 of their prompt tokens from the prefix cache: ``results/gpu/fleet-lease6/README.md``).
+        A question that fails counts a dropped window by reason;
         when the first one fails the others are cancelled.
         """
         spec = st.spec
