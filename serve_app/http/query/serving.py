@@ -85,9 +85,10 @@ class QueryServing:
         self, ctx: RequestContext, source: ClipSource, q: QueryRequest, questions: list[str]
     ) -> Response:
         """Several questions about one clip: decoded once, one server-made clip identity shared by the
-        questions (the engine keys its caches by it). They go to the engine together, in order: the
-        first question's request first (decoded and taken by the engine), then the others at once, each
-        reading the video's prompt blocks the first one's scheduling cached (see
+        questions (the engine keys its caches by it). They go to the engine in order, none waiting for
+        another's tokens: the first question's request (decoded and taken by the engine), then each other
+        one as soon as the engine took the one before, each reading the video's prompt blocks the first
+        one's scheduling cached (see
         :meth:`serve_app.cameras.answering.WindowAnswering._answer`), and all decode alongside. The
         top-level fields are the first answer's."""
         clip_id = uuid.uuid4().hex
