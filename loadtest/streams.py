@@ -37,6 +37,8 @@ import httpx
 import numpy as np
 from httpx_sse import connect_sse
 
+from serve_app.cameras.protocol import AnswerTimings
+
 logger = logging.getLogger("loadtest")
 
 #: Looping file cameras (under the server's sources.allowed_roots; configs/cpu.yaml allows tests/data).
@@ -93,8 +95,9 @@ def _pct(values: list[float], q: float) -> float | None:
     return round(float(np.percentile(values, q)), 3) if values else None
 
 
-#: The answer events' server-side timings (ms) the report breaks a window's time into (AnswerTimings).
-SERVER_TIMINGS = ("decode_ms", "queue_ms", "ttft_ms", "model_ms", "latency_ms")
+#: The answer events' server-side timings (ms) the report breaks a window's time into: every millisecond
+#: field of the contract's :class:`~serve_app.cameras.protocol.AnswerTimings`, in its order.
+SERVER_TIMINGS = tuple(name for name in AnswerTimings.model_fields if name.endswith("_ms"))
 
 
 def server_timings(answers: list[dict[str, Any]]) -> dict[str, dict[str, float | None]]:
