@@ -14,6 +14,10 @@
 #   bash benchmarks/fleet_gpu.sh crosscheck RATE [N]      # vLLM's own `vllm bench serve` against whichever server
 #                                                         # runs: N (96) distinct 10-s windows of the clip as files,
 #                                                         # RATE requests/s (cameras / 10), nearly even arrivals
+#   bash benchmarks/fleet_gpu.sh burst NAME [STEPS]       # the issue's "windows/s at saturation" on the running graph:
+#                                                         # BURST (64) distinct windows of /tmp/xwin (prep N) at once,
+#                                                         # the questionsN steps of benchmarks.lifecycle
+#                                                         # (default questions1,questions3,questions1,questions3)
 #   bash benchmarks/fleet_gpu.sh stop                     # whichever server runs; GPU memory printed
 # Q is 1 or 3; LEVELS e.g. 24,30,36 (ascending); DURATION_S (80) the measured seconds per level; FIRST (0) the
 # first copy index (a later sweep on the same server takes copies no earlier sweep used).
@@ -42,7 +46,7 @@ questions() { local i; for i in $(seq 0 $(( $1 - 1 ))); do printf -- '--question
 # out): each level leaves $name.json (the results) and $name.tgz (its folder, with answers.csv or requests.csv,
 # and the log).
 pack() { tar czf "$OUT/$1.tgz" -C "$OUT" "$1" "$1.log" 2>/dev/null && rm -rf "${OUT:?}/$1" "$OUT/$1.log"; }
-phase=${1:?plain-start|plain|graph-start|graph|stop}; shift
+phase=${1:?plain-start|plain|graph-start|graph|crosscheck|burst|stop}; shift
 case "$phase" in
   plain-start)
     nvidia-smi --query-gpu=memory.used --format=csv,noheader
@@ -96,7 +100,7 @@ case "$phase" in
   graph-start)
     config=configs/h200.yaml; case "${1:-}" in configs/*) config=$1; shift;; esac
     bash benchmarks/gpu_machine.sh serve "$config" model.model_id=$CK model.engine_args.load_format=dummy \
-      model.allow_ignore_eos=true "sources.allowed_roots=[\"$PWD/.gpu-clips\"]" streams.max_streams=256 \
+      model.allow_ignore_eos=true "sources.allowed_roots=[\"$PWD/.gpu-clips\",\"/tmp/xwin\"]" streams.max_streams=256 \
       streams.max_frame_memory_bytes=34359738368 \
       model.engine_args.enable_prefix_caching=$([ "${PREFIX_CACHING:-1}" = 1 ] && echo true || echo false) "$@" || exit 5
     cp /tmp/derived.yaml "$OUT/fleet_graph_config.yaml" ;;
@@ -135,6 +139,17 @@ PY
       > "$OUT/$name.log" 2>&1
     echo "== crosscheck $side $rate/s rc=$?"
     grep -E "Successful|Failed|Request throughput|Median E2EL|P95 E2EL|P95 TTFT" "$OUT/$name.log" ;;
+  burst)
+    # Every window of a step is a new clip (the steps take consecutive windows of /tmp/xwin: one run of this
+    # phase per server start, and prep at least 4 x BURST + 16 windows). With COSMOS_SERVE_ENGINE_TIMINGS set at
+    # graph-start, vLLM's per-request timings (prefix-cache hits per question) are copied beside the result.
+    name=${1:?NAME}; steps=${2:-questions1,questions3,questions1,questions3}
+    python3 -m benchmarks.lifecycle --config /tmp/derived.yaml --windows-dir /tmp/xwin --tokenizer "$CK" \
+      --steps "$steps" --burst "${BURST:-64}" --out "$OUT/$name/lifecycle.json" > "$OUT/$name.log" 2>&1
+    echo "== burst $name rc=$?"; grep -E "^==|Error|Traceback" "$OUT/$name.log" | cut -c1-400
+    if [ -n "${COSMOS_SERVE_ENGINE_TIMINGS:-}" ] && [ -f "$COSMOS_SERVE_ENGINE_TIMINGS" ]; then
+      gzip -c "$COSMOS_SERVE_ENGINE_TIMINGS" > "$OUT/$name/engine_timings.jsonl.gz"
+    fi ;;
   stop)
     if [ -f /tmp/plain_server.log ]; then
       kill -INT -- -"$(cat /tmp/plain.pid)" 2>/dev/null; sleep 8

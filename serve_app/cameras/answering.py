@@ -146,12 +146,10 @@ class WindowAnswering:
 
         Several questions share the clip: one server-made ``clip_id`` per window (a random hex
         string, never shared with another window or stream), so the engine keys its caches by it.
-        They go to the engine together, in order (the first question's call first): vLLM 0.24 caches
-        a request's prompt blocks when it schedules them (``KVCacheManager.allocate_slots``), so a
-        later question scheduled in the same step or after reads the video's blocks instead of
-        prefilling them again, and needs no vision encoding (sent this way on an H200, a window's three
-        questions got 2/3 of their prompt tokens from the prefix cache: ``results/gpu/fleet-lease6/README.md``).
-        A question that fails counts a dropped window by reason;
+        They go to the model replica together, in order (the first question's call first); its engine
+        prepares them all at once and hands the later ones to vLLM once the first one has prefilled
+        (:class:`serve_app.model.engines.prefill_gate.PrefillGate`), so they read the video's blocks
+        instead of prefilling them again. A question that fails counts a dropped window by reason;
         when the first one fails the others are cancelled.
         """
         spec = st.spec

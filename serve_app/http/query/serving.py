@@ -85,11 +85,11 @@ class QueryServing:
         self, ctx: RequestContext, source: ClipSource, q: QueryRequest, questions: list[str]
     ) -> Response:
         """Several questions about one clip: decoded once, one server-made clip identity shared by the
-        questions (the engine keys its caches by it). They go to the engine in order, none waiting for
-        another's tokens: the first question's request (decoded and taken by the engine), then each other
-        one as soon as the engine took the one before, each reading the video's prompt blocks the first
-        one's scheduling cached (see
-        :meth:`serve_app.cameras.answering.WindowAnswering._answer`), and all decode alongside. The
+        questions (the engine keys its caches by it). They go to the model replica in order: the first
+        question's request (decoded and taken by the replica), then each other one as soon as the replica
+        took the one before. The replica's engine prepares them all at once and hands the later ones to
+        vLLM once the first one has prefilled, so they read the video's prompt blocks instead of prefilling
+        them again (:class:`serve_app.model.engines.prefill_gate.PrefillGate`); all decode alongside. The
         top-level fields are the first answer's."""
         clip_id = uuid.uuid4().hex
         first = await self.runner.start(ctx, source, questions[0], q, clip_id=clip_id)

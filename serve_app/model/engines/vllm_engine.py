@@ -26,6 +26,7 @@ from serve_app.log_limit import LOG_LIMIT, get_logger
 from serve_app.model.checkpoint import ensure_checkpoint, has_random_weights
 from serve_app.model.engines import engine_process
 from serve_app.model.engines.base import Engine, EngineDeadError, GenerationChunk, GenerationRequest
+from serve_app.model.engines.prefill_gate import PrefillGate
 from serve_app.model.engines.vllm_inputs import engine_prompt, handoff_pixels, sampling_params
 from serve_app.model.engines.vllm_patches import accept_processed_video, share_tokenizer_pools
 from serve_app.model.engines.vllm_startup import cache_state, compile_cache_env
@@ -51,6 +52,8 @@ class VLLMEngine(Engine):
         self._tasks: Any = None  # the model's supported tasks, as vLLM reports them
         self._timings_path: str | None = None
         self._stats_task: asyncio.Task[None] | None = None
+        #: a clip's later questions go to the engine core once its first one has prefilled (they reuse it)
+        self._gate = PrefillGate()
         #: seconds of each start phase (``import``: preflight and vLLM's import; ``engine``: AsyncLLM's
         #: build, engine-core process, model load, compile, CUDA graphs)
         self.phases_s: dict[str, float] = {}
@@ -169,6 +172,8 @@ class VLLMEngine(Engine):
             )
         else:
             engine_input = engine_prompt(request, self.config.processor_kwargs, self._table_device, self.config.family)
+        stage["gate_start"] = time.perf_counter()
+        release = await self._gate.turn(request.clip_id)  # the clip's other questions: after its first's prefill
         t_engine = time.perf_counter()
         n_out = 0
         prompt_tokens: int | None = None
@@ -176,6 +181,7 @@ class VLLMEngine(Engine):
         m: Any = None  # vLLM's RequestStateStats of the last output
         try:
             async for out in self.llm.generate(engine_input, params, request.request_id, prompt_text=request.prompt):
+                release()  # the first output: the prompt's blocks are written
                 if prompt_tokens is None and out.prompt_token_ids is not None:
                     prompt_tokens = len(out.prompt_token_ids)
                 if out.num_cached_tokens is not None:
@@ -193,6 +199,7 @@ class VLLMEngine(Engine):
         except VLLMDead as e:
             raise EngineDeadError(str(e)) from e
         finally:
+            release()  # failed, aborted or finished: the clip's other questions go now
             if self._timings_path:
                 row = timings_row(request.request_id, t_submit, t_engine, stage, m, n_out, prompt_tokens, cached_tokens)
                 self._append_timings(self._timings_path, row)

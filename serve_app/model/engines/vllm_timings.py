@@ -30,17 +30,21 @@ def timings_row(
 
     ``t_submit`` / ``t_engine``: ``time.perf_counter()`` seconds when the request arrived and when it
     was handed to ``AsyncLLM``; ``stage``: what the preprocessing thread recorded (empty without
-    one); ``m``: vLLM's ``RequestStateStats`` of the last output (engine timestamps in seconds), or None;
+    one) and ``gate_start`` (when the request reached the prefill gate,
+    :class:`serve_app.model.engines.prefill_gate.PrefillGate`); ``m``: vLLM's ``RequestStateStats`` of the
+    last output (engine timestamps in seconds), or None;
     ``cached_tokens``: the prompt tokens vLLM's prefix cache served (``RequestOutput.num_cached_tokens``).
     """
     row: dict[str, Any] = {"request_id": request_id, "completion_tokens": n_out, "prompt_tokens": prompt_tokens}
     if cached_tokens is not None:
         row["cached_tokens"] = cached_tokens
-    if stage:
+    if "thread_start" in stage:
         row["preprocess_wait_ms"] = (stage["thread_start"] - t_submit) * 1000
         row["processor_ms"] = (stage["processed"] - stage["thread_start"]) * 1000
         row["handoff_prep_ms"] = (stage["thread_end"] - stage["processed"]) * 1000
         row["pixel_bytes"] = stage.get("pixel_bytes")
+    if "gate_start" in stage:  # a later question of its clip waited this long for the first one's prefill
+        row["prefill_gate_ms"] = (t_engine - stage["gate_start"]) * 1000
     row["frontend_ms"] = (t_engine - t_submit) * 1000
     if engine_ts(m, "queued_ts"):
         row["engine_queue_ms"] = (m.scheduled_ts - m.queued_ts) * 1000

@@ -60,6 +60,7 @@ def test_a_windows_questions_share_one_clip_id_distinct_across_windows_and_strea
 
 
 def test_a_windows_questions_go_to_the_model_together_the_first_one_first(tmp_path):
+    """To the model replica; its vLLM engine holds the later ones until the first has prefilled (test_prefill_gate)."""
     log, _events, _statuses = asyncio.run(watch(tmp_path, [spec("a", QUESTIONS)], windows=2))
     checked = 0
     for window in {rid.rsplit("-", 1)[0] for _, rid, _ in log}:
@@ -68,7 +69,7 @@ def test_a_windows_questions_go_to_the_model_together_the_first_one_first(tmp_pa
             continue
         starts = [q for what, q in order if what == "start"]
         assert starts == ["q0", "q1", "q2"]  # every question asked, the first one's call first
-        assert order.index(("start", "q2")) < order.index(("first_token", "q0"))  # none waits for q0's prefill
+        assert order.index(("start", "q2")) < order.index(("first_token", "q0"))  # the replica has all three first
         checked += 1
     assert checked >= 2
 

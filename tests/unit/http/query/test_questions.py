@@ -124,7 +124,8 @@ INFO = ClipInfo(
 )
 
 
-def test_the_questions_go_to_the_engine_together_in_order_and_decode_alongside():
+def test_the_questions_go_to_the_model_replica_together_in_order_and_decode_alongside():
+    """The replica gets every question at once (its engine holds the later ones for vLLM: test_prefill_gate)."""
     model = OrderedModel()
     serving = QueryServing(RouteRunner(AppConfig(), Decoder(), model, None))
     q = validate_query({**CLIP, "questions": ["a?", "b?", "c?"]}, AppConfig())
@@ -140,7 +141,7 @@ def test_the_questions_go_to_the_engine_together_in_order_and_decode_alongside()
     starts = [(question, t) for t, what, question, _ in model.log if what == "start"]
     assert [question for question, _ in starts] == ["a?", "b?", "c?"]  # the first question's call first
     first_token_a = next(t for t, what, question, _ in model.log if what == "first_token" and question == "a?")
-    assert all(t < first_token_a for _, t in starts)  # none waits for the first one's prefill
+    assert all(t < first_token_a for _, t in starts)  # the replica gets them all before the first one's prefill
     assert took_s == pytest.approx(0.5 + 1.0)  # all three at once: 1.5 s, not the 2 s of waiting for a's token
     clip_ids = {clip_id for _, _, _, clip_id in model.log}
     assert len(clip_ids) == 1 and None not in clip_ids  # one shared, server-made identity
