@@ -2,11 +2,12 @@
 
 Several questions about one window share a server-made clip identity (:attr:`GenerationRequest.clip_id`):
 vLLM keys the clip's encoder output and its prefix-cache blocks by it. But vLLM 0.24 looks a request's
-prefix up in its cache only once, when it admits the request, and a busy scheduler admits a question
-after giving the first one only part of its prefill (the step's token or encoder budget spent): the later
-questions then found the system prompt's 32 tokens and prefilled the video's ~8,100 again each
-(H200, 64 windows x 3 questions at once with ``max_num_seqs: 256``: 184 of 192 requests had < 100 cached
-tokens, 1.14 windows/s against 2.93 with one question; ``results/gpu/fleet-lease8/README.md``).
+prefix up in its cache once, when it admits the request (``Scheduler.schedule``: ``get_computed_blocks``
+for a waiting request). Sent together to a busy engine, the later questions found only the 32 tokens before
+the video (or none), so the first one had not been given its whole prefill when they were admitted, and
+each prefilled the video's ~8,100 tokens again (H200, 64 windows x 3 questions at once with
+``max_num_seqs: 256``: 184 of 192 requests had < 100 cached tokens, 1.14 windows/s against 2.92 with one
+question; ``results/gpu/fleet-lease8/README.md``).
 Sent once the first question's first token came (its prefill done, its blocks written), each later
 question reads them all.
 
