@@ -173,7 +173,8 @@ class VLLMEngine(Engine):
         else:
             engine_input = engine_prompt(request, self.config.processor_kwargs, self._table_device, self.config.family)
         stage["gate_start"] = time.perf_counter()
-        release = await self._gate.turn(request.clip_id)  # the clip's other questions: after its first's prefill
+        # The clip's other questions: after its first one's prefill (model.prefill_hold).
+        release = await self._gate.turn(request.clip_id if self.config.prefill_hold else None)
         t_engine = time.perf_counter()
         n_out = 0
         prompt_tokens: int | None = None

@@ -131,6 +131,25 @@ def test_a_windows_later_questions_are_submitted_after_the_first_ones_first_outp
     assert len(engine._gate) == 0
 
 
+def test_with_prefill_hold_off_every_question_is_submitted_at_once(engine):
+    from serve_app.config import ModelConfig
+
+    engine.config = ModelConfig(backend="vllm", preprocess_threads=0, prefill_hold=False)
+
+    async def go():
+        engine.llm = GateLLM(["q1", "q2", "q3"])
+        tasks = [asyncio.ensure_future(_drain(engine, _request(q, "c1"))) for q in ("q1", "q2", "q3")]
+        await _settle()
+        before = list(engine.llm.submitted)
+        for e in engine.llm.go.values():
+            e.set()
+        await asyncio.wait_for(asyncio.gather(*tasks), 5)
+        return before
+
+    assert asyncio.run(go()) == ["q1", "q2", "q3"]  # none waited for q1's first output
+    assert len(engine._gate) == 0
+
+
 def test_a_first_question_that_fails_before_its_first_output_lets_the_others_go(engine):
     async def go():
         engine.llm = GateLLM(["q1", "q2"], fail={"q1"})
