@@ -17,7 +17,10 @@
 #   bash benchmarks/fleet_gpu.sh burst NAME [STEPS]       # the "windows/s at saturation" on the running graph:
 #                                                         # BURST (64) distinct windows of /tmp/xwin (prep N) at once,
 #                                                         # the questionsN steps of benchmarks.lifecycle
-#                                                         # (default questions1,questions3,questions1,questions3)
+#                                                         # (default questions1,questions3,questions1,questions3);
+#                                                         # sustainN steps: BURST windows kept in flight for
+#                                                         # SUSTAIN_S (60) s, the rate read after 20 s (the
+#                                                         # sustained windows/s, without a burst's ramp and drain)
 #   bash benchmarks/fleet_gpu.sh stop                     # whichever server runs; GPU memory printed
 # Q is 1 or 3; LEVELS e.g. 24,30,36 (ascending); DURATION_S (80) the measured seconds per level; FIRST (0) the
 # first copy index (a later sweep on the same server takes copies no earlier sweep used).
@@ -141,11 +144,14 @@ PY
     grep -E "Successful|Failed|Request throughput|Median E2EL|P95 E2EL|P95 TTFT" "$OUT/$name.log" ;;
   burst)
     # Every window of a step is a new clip (the steps take consecutive windows of /tmp/xwin: one run of this
-    # phase per server start, and prep at least 4 x BURST + 16 windows). With COSMOS_SERVE_ENGINE_TIMINGS set at
-    # graph-start, vLLM's per-request timings (prefix-cache hits per question) are copied beside the result.
+    # phase per server start, and prep at least 4 x BURST + 16 windows; a sustainN step takes BURST + ~3/s x
+    # SUSTAIN_S: `prep 800 .gpu-clips/intel_one-by-one-person-detection.mp4` for three). With
+    # COSMOS_SERVE_ENGINE_TIMINGS set at graph-start, vLLM's per-request timings (prefix-cache hits per
+    # question) are copied beside the result.
     name=${1:?NAME}; steps=${2:-questions1,questions3,questions1,questions3}
     python3 -m benchmarks.lifecycle --config /tmp/derived.yaml --windows-dir /tmp/xwin --tokenizer "$CK" \
-      --steps "$steps" --burst "${BURST:-64}" --out "$OUT/$name/lifecycle.json" > "$OUT/$name.log" 2>&1
+      --steps "$steps" --burst "${BURST:-64}" --sustain-s "${SUSTAIN_S:-60}" --out "$OUT/$name/lifecycle.json" \
+      > "$OUT/$name.log" 2>&1
     echo "== burst $name rc=$?"; grep -E "^==|Error|Traceback" "$OUT/$name.log" | cut -c1-400
     if [ -n "${COSMOS_SERVE_ENGINE_TIMINGS:-}" ] && [ -f "$COSMOS_SERVE_ENGINE_TIMINGS" ]; then
       gzip -c "$COSMOS_SERVE_ENGINE_TIMINGS" > "$OUT/$name/engine_timings.jsonl.gz"

@@ -5,7 +5,9 @@
 #   bash benchmarks/gpu_machine.sh bench [ARGS]       # python -m benchmarks.gpu -> $OUT/gpu_bench.json
 #   bash benchmarks/gpu_machine.sh engine NAME [ARGS] # python -m benchmarks.engine_profile -> $OUT/engine_profile.NAME.json
 #   bash benchmarks/gpu_machine.sh freeze             # the exact package set there -> $OUT/gpu-freeze.txt
-#   bash benchmarks/gpu_machine.sh prep [N]           # byte-compile /root/site, cut N windows into /tmp/xwin
+#   bash benchmarks/gpu_machine.sh prep [N] [CLIP]    # byte-compile /root/site, cut N windows of CLIP (the car
+#                                                     # clip, 30 s) into /tmp/xwin; more than ~250 windows: a longer
+#                                                     # clip (.gpu-clips/intel_one-by-one-person-detection.mp4, 139 s)
 #   bash benchmarks/gpu_machine.sh lifecycle --config C [ARGS]  # python -m benchmarks.lifecycle -> $OUT/lifecycle.json
 #   bash benchmarks/gpu_machine.sh serve CONFIG [key=value ...]   # serve run a derived config (background),
 #                                                     # returns once the app is RUNNING (<= 300 s)
@@ -81,11 +83,13 @@ if missing:
 print(f"prep: the project's {len(names)} dependencies are installed")
 PY
     t0=$(date +%s); python3 -m compileall -q -j 16 /root/site >/dev/null 2>&1; echo "prep: byte-compiled in $(( $(date +%s) - t0 )) s"
-    python3 - "${1:-80}" <<'PY'
+    # Windows closer than one source frame (the car clip: 12.5 fps) could hold the same frames: over ~250 of
+    # the 30-s car clip, name the 139-s clip (10 fps; 720 windows start 0.18 s apart).
+    python3 - "${1:-80}" "${2:-tests/data/intel_car-detection.mp4}" <<'PY' || exit 6
 import sys, av
 from pathlib import Path
 from benchmarks.workload import cut_window_files, windows
-clip = Path("tests/data/intel_car-detection.mp4")
+clip = Path(sys.argv[2])
 with av.open(str(clip)) as c:
     dur = float(c.duration / 1e6)
 files = cut_window_files(windows(clip, int(sys.argv[1]), dur), Path("/tmp/xwin"), workers=12)

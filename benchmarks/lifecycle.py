@@ -17,6 +17,10 @@ one JSON result with its command. Steps (``--steps``, in order, comma-separated)
   ``POST /v1/video/query`` with N questions each (``questions``, 256 tokens each, ``ignore_eos``): windows/s.
   Run after one ``burst`` so both sides are warm; with ``COSMOS_SERVE_ENGINE_TIMINGS`` set the engine
   timings show each question's prefix-cache hits (``cached_tokens``).
+* ``sustainN`` (``sustain1``, ``sustain3``): the same requests in a closed loop, ``--burst`` windows in
+  flight for ``--sustain-s`` seconds; windows/s over those that end after ``--sustain-warmup-s``
+  (:mod:`benchmarks.window_load`: a burst's wall time includes its ramp and drain, longer with 3 questions).
+  Needs ``--burst`` + ~3 windows/s × ``--sustain-s`` new windows per step.
 * ``kill``: SIGKILL of the model replica's worker while ``--kill-load`` clients keep asking; the time
   to the next answered query, every request's outcome meanwhile, when the killed replica's own engine
   core was gone, and when its replacement was ready (``replaced_s``; with replicas sharing a GPU,
@@ -49,6 +53,7 @@ from typing import Any
 
 import httpx
 
+from benchmarks import window_load
 from benchmarks.lifecycle_log import deploy_failure, replicas_ready_s, start_phases
 from benchmarks.lifecycle_procs import (
     descendants,
@@ -180,45 +185,32 @@ class Lifecycle:
         """``--burst`` distinct windows at once to ``POST /v1/video/query``, each with ``n_questions`` questions.
 
         Every question gets 256 tokens (``ignore_eos``). Returns windows/s and answers/s over the burst's
-        wall time, the requests' statuses, and the completion tokens counted from the responses' usage.
-        The prefix cache's share per question is in the engine timings file (``cached_tokens``).
+        wall time, the requests' statuses, and the completion tokens counted from the responses' usage
+        (:func:`benchmarks.window_load.burst`). The prefix cache's share per question is in the engine timings
+        file (``cached_tokens``).
         """
         n = self.args.burst
         files = sorted(Path(self.args.windows_dir).glob("*.mp4"))
         offset = self.args.burst_offset
         self.args.burst_offset += n
         chosen = [files[(offset + i) % len(files)] for i in range(n)]
-        asked = list(QUESTIONS[:n_questions])
-        statuses: list[int] = []
-        completion = 0
+        res = asyncio.run(window_load.burst(self.url, chosen, list(QUESTIONS[:n_questions])))
+        return {**res, "first_window": chosen[0].name}
 
-        async def one(client: httpx.AsyncClient, path: Path) -> None:
-            nonlocal completion
-            body = {"video_path": str(path), "questions": asked, "max_tokens": 256, "ignore_eos": True}
-            try:
-                r = await client.post(f"{self.url}/v1/video/query", json=body)
-            except httpx.HTTPError:
-                statuses.append(0)
-                return
-            statuses.append(r.status_code)
-            if r.status_code == 200:
-                j = r.json()
-                for a in j.get("answers") or [j]:
-                    completion += int(a["usage"]["completion_tokens"])
+    def sustain(self, n_questions: int) -> dict[str, Any]:
+        """``--burst`` windows kept in flight for ``--sustain-s`` seconds, each with ``n_questions`` questions;
+        windows/s over the windows that end after ``--sustain-warmup-s`` (:func:`benchmarks.window_load.sustain`).
 
-        async def run() -> float:
-            t0 = time.perf_counter()
-            async with httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=n)) as client:
-                await asyncio.gather(*(one(client, p) for p in chosen))
-            return time.perf_counter() - t0
-
-        wall_s = asyncio.run(run())
-        ok = statuses.count(200)
-        return {"windows": n, "questions_per_window": n_questions, "ok": ok,
-                "statuses": {str(k): statuses.count(k) for k in sorted(set(statuses))},
-                "wall_s": round(wall_s, 2), "windows_per_s": round(ok / wall_s, 3),
-                "answers_per_s": round(ok * n_questions / wall_s, 3), "completion_tokens": completion,
-                "first_window": chosen[0].name}
+        Takes the next windows of ``--windows-dir`` in order, none twice and none of the last
+        :data:`QUERY_WINDOWS` (the single queries'); sending stops early if they run out (the result says so).
+        """
+        files = sorted(Path(self.args.windows_dir).glob("*.mp4"))[:-QUERY_WINDOWS]
+        offset = self.args.burst_offset
+        chosen = files[offset:]
+        res = asyncio.run(window_load.sustain(self.url, chosen, list(QUESTIONS[:n_questions]), self.args.burst,
+                                              self.args.sustain_s, self.args.sustain_warmup_s))
+        self.args.burst_offset += res["windows_used"]
+        return {**res, "first_window": chosen[0].name if chosen else None}
 
     def kill(self) -> dict[str, Any]:
         """SIGKILL of the model replica's worker under load → next answered query (see the module doc)."""
@@ -326,7 +318,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", default="start,burst,burst,kill,stop-sigint")
     ap.add_argument("--windows-dir", required=True, help="folder of 10-s window files (under sources.allowed_roots)")
     ap.add_argument("--tokenizer", required=True, help="the checkpoint folder, for vllm bench serve")
-    ap.add_argument("--burst", type=int, default=64)
+    ap.add_argument("--burst", type=int, default=64, help="windows per burst, and in flight in a sustainN step")
+    ap.add_argument("--sustain-s", type=float, default=60, help="seconds a sustainN step keeps sending")
+    ap.add_argument("--sustain-warmup-s", type=float, default=20,
+                    help="seconds of a sustainN step before the windows that end are counted")
     ap.add_argument("--kill-load", type=int, default=4, help="clients asking during the kill step")
     ap.add_argument("--stacks-every-s", type=float, default=0, help="py-spy stack samples during start (0: off)")
     ap.add_argument("--start-timeout-s", type=float, default=400)
@@ -349,6 +344,8 @@ def main(argv: list[str] | None = None) -> int:
                 res = run.burst()
             elif m := re.fullmatch(r"questions(\d)", step):
                 res = run.questions(int(m.group(1)))
+            elif m := re.fullmatch(r"sustain(\d)", step):
+                res = run.sustain(int(m.group(1)))
             elif step == "kill":
                 res = run.kill()
             elif step.startswith("stop-"):

@@ -112,9 +112,13 @@ def _cut_one(clip: str, start_s: float, out: str) -> str:
     with av.open(clip) as src:
         vs = src.streams.video[0]
         rate = vs.average_rate or Fraction(25)
-        frames = [
-            f for f in src.decode(vs) if f.time is not None and start_s - 1e-6 <= f.time < start_s + WINDOW_S - 1e-6
-        ]
+        frames = []
+        for f in src.decode(vs):
+            if f.time is None or f.time < start_s - 1e-6:
+                continue
+            if f.time >= start_s + WINDOW_S - 1e-6:
+                break  # the rest of the clip is not decoded (prep cuts hundreds of windows)
+            frames.append(f)
     with av.open(out, "w", format="mp4") as dst:
         st = dst.add_stream("libx264", rate=rate)
         st.width, st.height, st.pix_fmt = frames[0].width, frames[0].height, "yuv420p"

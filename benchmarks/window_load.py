@@ -1,0 +1,151 @@
+"""Windows with N questions each to ``POST /v1/video/query``: a burst (all at once) and a closed loop
+(a fixed number in flight for a fixed time), for issue 26's "windows/s at saturation, 3 questions against 1".
+
+A burst of B windows measures B / wall time, and the wall time includes a ramp (the first answers come
+only after a whole prefill and decode) and a drain (the last windows' 256 decode steps, with the GPU less
+and less full). With 3 questions the drain is longer: the later questions start their decode only after
+the first one's prefill (the replica's prefill hold). The closed loop (:func:`sustain`) measures the
+sustained rate instead: ``concurrency`` windows are kept in flight, a new one sent as soon as one ends,
+for ``duration_s`` seconds, and the rate counts only the windows that end between ``warmup_s`` and the
+end of sending, the usual way a saturation throughput is read off a closed-loop load test.
+
+Every window of a run is a different file (a new clip): the server's prefix cache can serve only the
+questions of one window from each other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+#: Output tokens of every answer (``ignore_eos``): the issue's 256.
+MAX_TOKENS = 256
+
+
+@dataclass(frozen=True)
+class WindowOutcome:
+    """One window's request: HTTP status (0: no response), completion tokens summed over its answers,
+    and its send and end times in seconds from the run's start."""
+
+    status: int
+    completion_tokens: int
+    sent_s: float
+    ended_s: float
+
+
+async def ask_window(client: httpx.AsyncClient, url: str, path: Path, questions: list[str], t0: float) -> WindowOutcome:
+    """Asks every question of ``questions`` about the window file ``path`` in one request
+    (``/v1/video/query`` with ``questions``, :data:`MAX_TOKENS` tokens each, ``ignore_eos``).
+
+    Args:
+        client: the HTTP client (its timeout bounds the request).
+        url: the service's base URL, e.g. ``http://127.0.0.1:8000``.
+        path: a window file under the service's ``sources.allowed_roots``.
+        questions: one or more questions.
+        t0: ``time.perf_counter()`` at the run's start; the outcome's times are seconds after it.
+
+    Returns:
+        The outcome; a transport error gives status 0 (counted, never raised).
+    """
+    body = {"video_path": str(path), "questions": questions, "max_tokens": MAX_TOKENS, "ignore_eos": True}
+    sent_s = time.perf_counter() - t0
+    try:
+        r = await client.post(f"{url}/v1/video/query", json=body)
+    except httpx.HTTPError:
+        return WindowOutcome(0, 0, sent_s, time.perf_counter() - t0)
+    tokens = 0
+    if r.status_code == 200:
+        j = r.json()
+        tokens = sum(int(a["usage"]["completion_tokens"]) for a in j.get("answers") or [j])
+    return WindowOutcome(r.status_code, tokens, sent_s, time.perf_counter() - t0)
+
+
+def burst_figures(outcomes: list[WindowOutcome], n_questions: int, wall_s: float) -> dict[str, Any]:
+    """A burst's figures: windows answered (status 200), statuses, windows/s and answers/s over ``wall_s``
+    (seconds), completion tokens."""
+    ok = sum(1 for o in outcomes if o.status == 200)
+    statuses = sorted({o.status for o in outcomes})
+    return {"windows": len(outcomes), "questions_per_window": n_questions, "ok": ok,
+            "statuses": {str(s): sum(1 for o in outcomes if o.status == s) for s in statuses},
+            "wall_s": round(wall_s, 2), "windows_per_s": round(ok / wall_s, 3),
+            "answers_per_s": round(ok * n_questions / wall_s, 3),
+            "completion_tokens": sum(o.completion_tokens for o in outcomes)}
+
+
+def sustained_figures(outcomes: list[WindowOutcome], n_questions: int, warmup_s: float, end_s: float,
+                      concurrency: int, ran_out: bool) -> dict[str, Any]:
+    """The closed loop's figures over the measured interval ``[warmup_s, end_s]`` (seconds from the start).
+
+    Windows count when they were answered (status 200) and ended inside the interval; ``windows_per_s`` is
+    their number over the interval's length. Latency percentiles are over the same windows (nearest rank).
+
+    Raises:
+        ValueError: the interval is empty (``end_s <= warmup_s``): no rate can be read.
+    """
+    if end_s <= warmup_s:
+        raise ValueError(f"the loop sent for {end_s:.1f} s, not past its {warmup_s:.1f}-s warm-up: no rate")
+    counted = [o for o in outcomes if o.status == 200 and warmup_s <= o.ended_s <= end_s]
+    lat = sorted(o.ended_s - o.sent_s for o in counted)
+    statuses = sorted({o.status for o in outcomes})
+    measured_s = end_s - warmup_s
+
+    def pct(q: float) -> float | None:
+        return round(lat[min(len(lat) - 1, max(0, int(q * len(lat) + 0.999) - 1))], 3) if lat else None
+
+    return {"questions_per_window": n_questions, "concurrency": concurrency, "sent": len(outcomes),
+            "statuses": {str(s): sum(1 for o in outcomes if o.status == s) for s in statuses},
+            "warmup_s": warmup_s, "measured_s": round(measured_s, 2), "counted": len(counted),
+            "windows_per_s": round(len(counted) / measured_s, 3),
+            "answers_per_s": round(len(counted) * n_questions / measured_s, 3),
+            "latency_p50_s": pct(0.5), "latency_p95_s": pct(0.95),
+            "completion_tokens_counted": sum(o.completion_tokens for o in counted),
+            "ran_out_of_windows": ran_out}
+
+
+async def burst(url: str, files: list[Path], questions: list[str]) -> dict[str, Any]:
+    """Every window of ``files`` at once, each asked ``questions``; :func:`burst_figures`."""
+    t0 = time.perf_counter()
+    async with httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=len(files))) as client:
+        outcomes = await asyncio.gather(*(ask_window(client, url, p, questions, t0) for p in files))
+    return burst_figures(list(outcomes), len(questions), time.perf_counter() - t0)
+
+
+async def sustain(url: str, files: list[Path], questions: list[str], concurrency: int, duration_s: float,
+                  warmup_s: float) -> dict[str, Any]:
+    """The closed loop: ``concurrency`` windows in flight, each next one from ``files`` (in order, none twice)
+    sent as soon as one ends, for ``duration_s`` seconds; then the windows in flight are waited for (not
+    counted). Sending also stops when ``files`` runs out (``ran_out_of_windows``; the interval then ends there).
+
+    Returns:
+        :func:`sustained_figures` plus ``windows_used`` (files sent) and ``drain_s`` (seconds waited after
+        sending stopped).
+
+    Raises:
+        ValueError: no rate could be read (see :func:`sustained_figures`), or ``concurrency`` < 1.
+    """
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be at least 1 (got {concurrency})")
+    outcomes: list[WindowOutcome] = []
+    queue = iter(files)
+    stopped_s: list[float] = []  # when the first worker found no time or no file left
+    t0 = time.perf_counter()
+
+    async def worker(client: httpx.AsyncClient) -> None:
+        while True:
+            now_s = time.perf_counter() - t0
+            path = next(queue, None) if now_s < duration_s else None
+            if path is None:
+                stopped_s.append(now_s)
+                return
+            outcomes.append(await ask_window(client, url, path, questions, t0))
+
+    async with httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=concurrency)) as client:
+        await asyncio.gather(*(worker(client) for _ in range(concurrency)))
+    end_s = min(min(stopped_s), duration_s)  # before duration_s only when the files ran out
+    res = sustained_figures(outcomes, len(questions), warmup_s, end_s, concurrency, end_s < duration_s)
+    return {**res, "windows_used": len(outcomes), "drain_s": round(time.perf_counter() - t0 - end_s, 2)}

@@ -1,0 +1,104 @@
+"""benchmarks.window_load: the closed loop's rate is read over its measured interval only, it keeps the asked
+number of windows in flight, never sends a window twice, and says when the windows ran out."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+import benchmarks.lifecycle as lc
+from benchmarks import window_load as wl
+from benchmarks.window_load import WindowOutcome
+
+
+def test_only_windows_answered_inside_the_interval_count():
+    outcomes = [
+        WindowOutcome(200, 768, 0.0, 9.0),  # ended in the warm-up: not counted
+        WindowOutcome(200, 768, 1.0, 12.0),
+        WindowOutcome(200, 768, 2.0, 20.0),
+        WindowOutcome(503, 0, 3.0, 15.0),  # refused: not counted, but in the statuses
+        WindowOutcome(200, 768, 25.0, 41.0),  # ended in the drain, after sending stopped: not counted
+        WindowOutcome(0, 0, 26.0, 30.0),  # no response
+    ]
+    res = wl.sustained_figures(outcomes, 3, warmup_s=10.0, end_s=40.0, concurrency=4, ran_out=False)
+    assert res["counted"] == 2 and res["measured_s"] == 30.0
+    assert res["windows_per_s"] == round(2 / 30, 3) and res["answers_per_s"] == round(6 / 30, 3)
+    assert res["statuses"] == {"0": 1, "200": 4, "503": 1} and res["sent"] == 6
+    assert (res["latency_p50_s"], res["latency_p95_s"]) == (11.0, 18.0)
+    assert res["completion_tokens_counted"] == 2 * 768
+
+
+def test_no_rate_is_read_from_a_loop_that_stopped_within_its_warm_up():
+    with pytest.raises(ValueError, match="warm-up"):
+        wl.sustained_figures([WindowOutcome(200, 256, 0.0, 1.0)], 1, warmup_s=5.0, end_s=3.0, concurrency=1,
+                             ran_out=True)
+
+
+@dataclass
+class Double:
+    """What the double of /v1/video/query saw: the paths asked, in order, and the most requests in flight."""
+
+    paths: list[str] = field(default_factory=list)
+    in_flight: int = 0
+    most: int = 0
+
+
+def _serve(monkeypatch: pytest.MonkeyPatch, delay_s: float) -> Double:
+    """A double of /v1/video/query that answers every question after ``delay_s``."""
+    seen = Double()
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        seen.paths.append(body["video_path"])
+        seen.in_flight += 1
+        seen.most = max(seen.most, seen.in_flight)
+        await asyncio.sleep(delay_s)
+        seen.in_flight -= 1
+        answers = [{"usage": {"completion_tokens": 256}} for _ in body["questions"]]
+        return httpx.Response(200, json={"answers": answers})
+
+    real = httpx.AsyncClient
+    monkeypatch.setattr(httpx, "AsyncClient", lambda **kw: real(transport=httpx.MockTransport(handler), **kw))
+    return seen
+
+
+def test_the_loop_keeps_the_concurrency_in_flight_and_sends_no_window_twice(monkeypatch, tmp_path):
+    seen = _serve(monkeypatch, delay_s=0.02)
+    files = [tmp_path / f"w{i:03d}.mp4" for i in range(500)]
+    res = asyncio.run(wl.sustain("http://127.0.0.1:1", files, ["a", "b", "c"], concurrency=3, duration_s=0.4,
+                                 warmup_s=0.1))
+    paths = seen.paths
+    assert seen.most == 3
+    assert paths == [str(f) for f in files[: len(paths)]]  # in order, none twice
+    assert res["windows_used"] == len(paths) < len(files) and not res["ran_out_of_windows"]
+    assert res["counted"] > 0 and res["measured_s"] == pytest.approx(0.3)
+    assert res["completion_tokens_counted"] == res["counted"] * 3 * 256
+
+
+def test_the_loop_says_when_the_windows_ran_out(monkeypatch, tmp_path):
+    seen = _serve(monkeypatch, delay_s=0.01)
+    files = [tmp_path / f"w{i}.mp4" for i in range(6)]
+    res = asyncio.run(wl.sustain("http://127.0.0.1:1", files, ["a"], concurrency=2, duration_s=30.0, warmup_s=0.0))
+    assert res["ran_out_of_windows"] and res["windows_used"] == 6 and len(seen.paths) == 6
+    assert res["measured_s"] < 30.0
+
+
+def test_the_sustain_step_takes_new_windows_and_leaves_the_single_queries_ones(monkeypatch, tmp_path):
+    seen = _serve(monkeypatch, delay_s=0.01)
+    for i in range(lc.QUERY_WINDOWS + 10):
+        (tmp_path / f"win-{i:03d}.mp4").write_bytes(b"")
+    run = object.__new__(lc.Lifecycle)
+    run.args = argparse.Namespace(burst=2, windows_dir=str(tmp_path), burst_offset=4, sustain_s=30.0,
+                                  sustain_warmup_s=0.0)
+    run.url = "http://127.0.0.1:1"
+    res = run.sustain(1)
+    names = [Path(p).name for p in seen.paths]
+    assert names == [f"win-{i:03d}.mp4" for i in range(4, 10)]  # the 16 last are the single queries'
+    assert res["ran_out_of_windows"] and res["first_window"] == "win-004.mp4"
+    assert run.args.burst_offset == 10  # a later step takes windows no step used
