@@ -81,8 +81,8 @@ def _engine_breakdown(path: Path, request_ids: set[str] | None = None) -> dict[s
         return {}
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     rows = [r for r in rows if r.get("completion_tokens") and (request_ids is None or r["request_id"] in request_ids)]
-    keys = ("preprocess_wait_ms", "processor_ms", "handoff_prep_ms", "frontend_ms", "engine_queue_ms",
-            "prefill_ms", "first_token_latency_ms", "decode_ms")
+    keys = ("preprocess_wait_ms", "processor_ms", "prompt_build_ms", "vllm_inputs_ms", "handoff_prep_ms",
+            "prefill_gate_ms", "frontend_ms", "engine_queue_ms", "prefill_ms", "first_token_latency_ms", "decode_ms")
     out: dict[str, Any] = {"requests": len(rows)}
     for k in keys:
         vals = [r[k] for r in rows if r.get(k) is not None]

@@ -23,6 +23,8 @@ from typing import Any
 
 import httpx
 
+from loadtest import statistics as stats
+
 #: Output tokens of every answer (``ignore_eos``): the issue's 256.
 MAX_TOKENS = 256
 
@@ -82,7 +84,8 @@ def sustained_figures(outcomes: list[WindowOutcome], n_questions: int, warmup_s:
     """The closed loop's figures over the measured interval ``[warmup_s, end_s]`` (seconds from the start).
 
     Windows count when they were answered (status 200) and ended inside the interval; ``windows_per_s`` is
-    their number over the interval's length. Latency percentiles are over the same windows (nearest rank).
+    their number over the interval's length. Latency percentiles (seconds from send to answer) are over the same
+    windows (:func:`loadtest.statistics.percentiles`).
 
     Raises:
         ValueError: the interval is empty (``end_s <= warmup_s``): no rate can be read.
@@ -90,19 +93,15 @@ def sustained_figures(outcomes: list[WindowOutcome], n_questions: int, warmup_s:
     if end_s <= warmup_s:
         raise ValueError(f"the loop sent for {end_s:.1f} s, not past its {warmup_s:.1f}-s warm-up: no rate")
     counted = [o for o in outcomes if o.status == 200 and warmup_s <= o.ended_s <= end_s]
-    lat = sorted(o.ended_s - o.sent_s for o in counted)
+    lat = stats.percentiles([o.ended_s - o.sent_s for o in counted], (50, 95), digits=3)
     statuses = sorted({o.status for o in outcomes})
     measured_s = end_s - warmup_s
-
-    def pct(q: float) -> float | None:
-        return round(lat[min(len(lat) - 1, max(0, int(q * len(lat) + 0.999) - 1))], 3) if lat else None
-
     return {"questions_per_window": n_questions, "concurrency": concurrency, "sent": len(outcomes),
             "statuses": {str(s): sum(1 for o in outcomes if o.status == s) for s in statuses},
             "warmup_s": warmup_s, "measured_s": round(measured_s, 2), "counted": len(counted),
             "windows_per_s": round(len(counted) / measured_s, 3),
             "answers_per_s": round(len(counted) * n_questions / measured_s, 3),
-            "latency_p50_s": pct(0.5), "latency_p95_s": pct(0.95),
+            "latency_p50_s": lat["p50"], "latency_p95_s": lat["p95"],
             "completion_tokens_counted": sum(o.completion_tokens for o in counted),
             "ran_out_of_windows": ran_out}
 

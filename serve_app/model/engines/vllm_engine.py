@@ -209,12 +209,14 @@ class VLLMEngine(Engine):
         """Runs the prompt's patchify (with ``patchify: table``) and vLLM's input processing
         (tokenize + HF processor) in a worker thread; returns vLLM's ``EngineCoreRequest``.
 
-        ``stage`` receives the thread's start and end (``time.perf_counter`` seconds) and the
+        ``stage`` receives the thread's start, the prompt's, the input processing's and the thread's end
+        (``time.perf_counter`` seconds; :func:`serve_app.model.engines.vllm_timings.timings_row`) and the
         handed-over pixel bytes.
         """
         stage["thread_start"] = time.perf_counter()
         arrival_s = time.time()  # vLLM's arrival time covers the patchify too, as it covers the HF processor
         prompt = engine_prompt(request, self.config.processor_kwargs, self._table_device, self.config.family)
+        stage["prompt_built"] = time.perf_counter()
         req = self.llm.input_processor.process_inputs(
             request.request_id, prompt, params, supported_tasks=self._tasks, arrival_time=arrival_s
         )

@@ -29,10 +29,11 @@ def timings_row(
     """One request's stage timings in milliseconds (a row of the :data:`TIMINGS_ENV` file).
 
     ``t_submit`` / ``t_engine``: ``time.perf_counter()`` seconds when the request arrived and when it
-    was handed to ``AsyncLLM``; ``stage``: what the preprocessing thread recorded (empty without
-    one) and ``gate_start`` (when the request reached the prefill gate,
-    :class:`serve_app.model.engines.prefill_gate.PrefillGate`); ``m``: vLLM's ``RequestStateStats`` of the
-    last output (engine timestamps in seconds), or None;
+    was handed to ``AsyncLLM``; ``stage``: what the preprocessing thread recorded (empty without one:
+    ``thread_start``, ``prompt_built`` (the prompt and its clip ready; with ``patchify: table``, the patches
+    made), ``processed`` (vLLM's input processing done), ``thread_end``) and ``gate_start`` (when the request
+    reached the prefill gate, :class:`serve_app.model.engines.prefill_gate.PrefillGate`); ``m``: vLLM's
+    ``RequestStateStats`` of the last output (engine timestamps in seconds), or None;
     ``cached_tokens``: the prompt tokens vLLM's prefix cache served (``RequestOutput.num_cached_tokens``).
     """
     row: dict[str, Any] = {"request_id": request_id, "completion_tokens": n_out, "prompt_tokens": prompt_tokens}
@@ -42,6 +43,9 @@ def timings_row(
         row["preprocess_wait_ms"] = (stage["thread_start"] - t_submit) * 1000
         row["processor_ms"] = (stage["processed"] - stage["thread_start"]) * 1000
         row["handoff_prep_ms"] = (stage["thread_end"] - stage["processed"]) * 1000
+        if "prompt_built" in stage:  # processor_ms in two: the prompt (the table patchify), then vLLM's inputs
+            row["prompt_build_ms"] = (stage["prompt_built"] - stage["thread_start"]) * 1000
+            row["vllm_inputs_ms"] = (stage["processed"] - stage["prompt_built"]) * 1000
         row["pixel_bytes"] = stage.get("pixel_bytes")
     if "gate_start" in stage:  # a later question of its clip waited this long for the first one's prefill
         row["prefill_gate_ms"] = (t_engine - stage["gate_start"]) * 1000

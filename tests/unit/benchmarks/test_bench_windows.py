@@ -47,6 +47,18 @@ def test_engine_breakdown_keeps_only_the_asked_requests(tmp_path):
     assert _engine_breakdown(path)["requests"] == 2  # a row with no completion tokens never counts
 
 
+def test_engine_breakdown_splits_the_preprocessing_and_shows_the_gate_wait(tmp_path):
+    rows = [{"request_id": "q1", "completion_tokens": 256, "processor_ms": 300.0, "prompt_build_ms": 40.0,
+             "vllm_inputs_ms": 260.0, "prefill_gate_ms": 0.0},
+            {"request_id": "q2", "completion_tokens": 256, "processor_ms": 310.0, "prompt_build_ms": 60.0,
+             "vllm_inputs_ms": 250.0, "prefill_gate_ms": 2400.0}]
+    path = tmp_path / "t.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    out = _engine_breakdown(path)
+    assert out["prompt_build_ms"]["mean"] == 50.0 and out["vllm_inputs_ms"]["mean"] == 255.0
+    assert out["prefill_gate_ms"]["p95"] == 2280.0  # of 0 and 2,400 ms, interpolated
+
+
 def test_a_serve_variant_overrides_the_config_it_names(tmp_path):
     """``--variant`` JSON reaches the model, engine, decode and deployment settings, and the result is valid."""
     import argparse

@@ -23,11 +23,3 @@ def test_where_vllm_would_spawn_the_preloaded_fork_server_is_used():
 def test_where_vllm_would_fork_its_choice_stands():
     fork = multiprocessing.get_context("fork")
     assert vllm_context(lambda: fork)() is fork
-
-
-def test_the_engine_timings_row_carries_the_prefix_cache_hits():
-    from serve_app.model.engines.vllm_timings import timings_row
-
-    row = timings_row("r1", 0.0, 0.002, {}, None, 16, 8133, cached_tokens=8112)
-    assert row["cached_tokens"] == 8112 and row["prompt_tokens"] == 8133 and row["frontend_ms"] == 2.0
-    assert "cached_tokens" not in timings_row("r2", 0.0, 0.0, {}, None, 16, 8133)  # unknown: left out
