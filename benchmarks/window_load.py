@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -67,13 +68,16 @@ async def ask_window(client: httpx.AsyncClient, url: str, path: Path, questions:
     return WindowOutcome(r.status_code, tokens, sent_s, time.perf_counter() - t0)
 
 
+def _statuses(outcomes: list[WindowOutcome]) -> dict[str, int]:
+    """How many windows got each HTTP status (0: no response), keyed by the status as text, in order."""
+    return {str(s): n for s, n in sorted(Counter(o.status for o in outcomes).items())}
+
+
 def burst_figures(outcomes: list[WindowOutcome], n_questions: int, wall_s: float) -> dict[str, Any]:
     """A burst's figures: windows answered (status 200), statuses, windows/s and answers/s over ``wall_s``
     (seconds), completion tokens."""
     ok = sum(1 for o in outcomes if o.status == 200)
-    statuses = sorted({o.status for o in outcomes})
-    return {"windows": len(outcomes), "questions_per_window": n_questions, "ok": ok,
-            "statuses": {str(s): sum(1 for o in outcomes if o.status == s) for s in statuses},
+    return {"windows": len(outcomes), "questions_per_window": n_questions, "ok": ok, "statuses": _statuses(outcomes),
             "wall_s": round(wall_s, 2), "windows_per_s": round(ok / wall_s, 3),
             "answers_per_s": round(ok * n_questions / wall_s, 3),
             "completion_tokens": sum(o.completion_tokens for o in outcomes)}
@@ -94,10 +98,9 @@ def sustained_figures(outcomes: list[WindowOutcome], n_questions: int, warmup_s:
         raise ValueError(f"the loop sent for {end_s:.1f} s, not past its {warmup_s:.1f}-s warm-up: no rate")
     counted = [o for o in outcomes if o.status == 200 and warmup_s <= o.ended_s <= end_s]
     lat = stats.percentiles([o.ended_s - o.sent_s for o in counted], (50, 95), digits=3)
-    statuses = sorted({o.status for o in outcomes})
     measured_s = end_s - warmup_s
     return {"questions_per_window": n_questions, "concurrency": concurrency, "sent": len(outcomes),
-            "statuses": {str(s): sum(1 for o in outcomes if o.status == s) for s in statuses},
+            "statuses": _statuses(outcomes),
             "warmup_s": warmup_s, "measured_s": round(measured_s, 2), "counted": len(counted),
             "windows_per_s": round(len(counted) / measured_s, 3),
             "answers_per_s": round(len(counted) * n_questions / measured_s, 3),

@@ -43,9 +43,9 @@ def timings_row(
         row["preprocess_wait_ms"] = (stage["thread_start"] - t_submit) * 1000
         row["processor_ms"] = (stage["processed"] - stage["thread_start"]) * 1000
         row["handoff_prep_ms"] = (stage["thread_end"] - stage["processed"]) * 1000
-        if "prompt_built" in stage:  # processor_ms in two: the prompt (the table patchify), then vLLM's inputs
-            row["prompt_build_ms"] = (stage["prompt_built"] - stage["thread_start"]) * 1000
-            row["vllm_inputs_ms"] = (stage["processed"] - stage["prompt_built"]) * 1000
+        # processor_ms in two: the prompt (with the table patchify), then vLLM's input processing
+        row["prompt_build_ms"] = (stage["prompt_built"] - stage["thread_start"]) * 1000
+        row["vllm_inputs_ms"] = (stage["processed"] - stage["prompt_built"]) * 1000
         row["pixel_bytes"] = stage.get("pixel_bytes")
     if "gate_start" in stage:  # a later question of its clip waited this long for the first one's prefill
         row["prefill_gate_ms"] = (t_engine - stage["gate_start"]) * 1000

@@ -21,8 +21,3 @@ def test_the_preprocessing_is_split_into_the_prompt_and_vllms_input_processing()
     assert row["prompt_build_ms"] == pytest.approx(50.0) and row["vllm_inputs_ms"] == pytest.approx(250.0)
     assert row["handoff_prep_ms"] == pytest.approx(1.0) and row["pixel_bytes"] == 76.0
 
-
-def test_a_thread_without_the_prompt_mark_keeps_the_old_columns_only():
-    row = timings_row("r1", 0.0, 0.5, {"thread_start": 0.1, "processed": 0.4, "thread_end": 0.4}, None, 16, 8133)
-    assert row["processor_ms"] == pytest.approx(300.0)
-    assert "prompt_build_ms" not in row and "vllm_inputs_ms" not in row
