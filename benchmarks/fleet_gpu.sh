@@ -19,7 +19,7 @@
 #                                                         # the questionsN steps of benchmarks.lifecycle
 #                                                         # (default questions1,questions3,questions1,questions3);
 #                                                         # sustainN steps: BURST windows kept in flight for
-#                                                         # SUSTAIN_S (60) s, the rate read after 20 s (the
+#                                                         # SUSTAIN_S (60) s, the rate read after SUSTAIN_WARMUP_S (20) s (the
 #                                                         # sustained windows/s, without a burst's ramp and drain)
 #   bash benchmarks/fleet_gpu.sh stop                     # whichever server runs; GPU memory printed
 # Q is 1 or 3; LEVELS e.g. 24,30,36 (ascending); DURATION_S (80) the measured seconds per level; FIRST (0) the
@@ -150,7 +150,8 @@ PY
     # question) are copied beside the result.
     name=${1:?NAME}; steps=${2:-questions1,questions3,questions1,questions3}
     python3 -m benchmarks.lifecycle --config /tmp/derived.yaml --windows-dir /tmp/xwin --tokenizer "$CK" \
-      --steps "$steps" --burst "${BURST:-64}" --sustain-s "${SUSTAIN_S:-60}" --out "$OUT/$name/lifecycle.json" \
+      --steps "$steps" --burst "${BURST:-64}" --sustain-s "${SUSTAIN_S:-60}" \
+      --sustain-warmup-s "${SUSTAIN_WARMUP_S:-20}" --out "$OUT/$name/lifecycle.json" \
       > "$OUT/$name.log" 2>&1
     echo "== burst $name rc=$?"; grep -E "^==|Error|Traceback" "$OUT/$name.log" | cut -c1-400
     if [ -n "${COSMOS_SERVE_ENGINE_TIMINGS:-}" ] && [ -f "$COSMOS_SERVE_ENGINE_TIMINGS" ]; then

@@ -16,6 +16,7 @@ questions of one window from each other.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -89,7 +90,10 @@ def sustained_figures(outcomes: list[WindowOutcome], n_questions: int, warmup_s:
 
     Windows count when they were answered (status 200) and ended inside the interval; ``windows_per_s`` is
     their number over the interval's length. Latency percentiles (seconds from send to answer) are over the same
-    windows (:func:`loadtest.statistics.percentiles`).
+    windows (:func:`loadtest.statistics.percentiles`). ``ended_per_10s`` counts the answered windows by the
+    10-s bin they ended in, from the start to ``end_s``: a closed loop started with every window at once ends
+    them in cohorts (one latency apart) at first, and an interval that is not yet stationary shows as bins that
+    swing.
 
     Raises:
         ValueError: the interval is empty (``end_s <= warmup_s``): no rate can be read.
@@ -99,6 +103,10 @@ def sustained_figures(outcomes: list[WindowOutcome], n_questions: int, warmup_s:
     counted = [o for o in outcomes if o.status == 200 and warmup_s <= o.ended_s <= end_s]
     lat = stats.percentiles([o.ended_s - o.sent_s for o in counted], (50, 95), digits=3)
     measured_s = end_s - warmup_s
+    bins = [0] * max(1, math.ceil(end_s / 10))
+    for o in outcomes:
+        if o.status == 200 and o.ended_s <= end_s:
+            bins[min(int(o.ended_s // 10), len(bins) - 1)] += 1
     return {"questions_per_window": n_questions, "concurrency": concurrency, "sent": len(outcomes),
             "statuses": _statuses(outcomes),
             "warmup_s": warmup_s, "measured_s": round(measured_s, 2), "counted": len(counted),
@@ -106,6 +114,7 @@ def sustained_figures(outcomes: list[WindowOutcome], n_questions: int, warmup_s:
             "answers_per_s": round(len(counted) * n_questions / measured_s, 3),
             "latency_p50_s": lat["p50"], "latency_p95_s": lat["p95"],
             "completion_tokens_counted": sum(o.completion_tokens for o in counted),
+            "ended_per_10s": bins,
             "ran_out_of_windows": ran_out}
 
 

@@ -32,6 +32,8 @@ def test_only_windows_answered_inside_the_interval_count():
     assert res["statuses"] == {"0": 1, "200": 4, "503": 1} and res["sent"] == 6
     assert (res["latency_p50_s"], res["latency_p95_s"]) == (14.5, 17.65)  # of 11 and 18 s, interpolated
     assert res["completion_tokens_counted"] == 2 * 768
+    # answered windows by the 10-s bin they ended in, up to the end of sending (the drain's one is left out)
+    assert res["ended_per_10s"] == [1, 1, 1, 0]
 
 
 def test_no_rate_is_read_from_a_loop_that_stopped_within_its_warm_up():
