@@ -93,7 +93,11 @@ def sustained_figures(outcomes: list[WindowOutcome], n_questions: int, warmup_s:
     windows (:func:`loadtest.statistics.percentiles`). ``ended_per_10s`` counts the answered windows by the
     10-s bin they ended in, from the start to ``end_s``: a closed loop started with every window at once ends
     them in cohorts (one latency apart) at first, and an interval that is not yet stationary shows as bins that
-    swing.
+    swing. ``windows_per_s_by_latency`` is the same rate by Little's law (L = λW; J. D. C. Little, "A proof for
+    the queuing formula L = λW", Operations Research 9(3), 1961): a closed loop that keeps ``concurrency``
+    windows in flight and sends the next one as a window ends runs ``concurrency`` / mean latency windows/s,
+    whichever way the interval cuts the cohorts (H200, 2026-12-03: 64 windows in lockstep, 31.5 s apart,
+    counted 1.969/s over a 65-s interval that held two cohorts, against 64 / 31.5 s = 2.03/s).
 
     Raises:
         ValueError: the interval is empty (``end_s <= warmup_s``): no rate can be read.
@@ -101,7 +105,9 @@ def sustained_figures(outcomes: list[WindowOutcome], n_questions: int, warmup_s:
     if end_s <= warmup_s:
         raise ValueError(f"the loop sent for {end_s:.1f} s, not past its {warmup_s:.1f}-s warm-up: no rate")
     counted = [o for o in outcomes if o.status == 200 and warmup_s <= o.ended_s <= end_s]
-    lat = stats.percentiles([o.ended_s - o.sent_s for o in counted], (50, 95), digits=3)
+    latencies_s = [o.ended_s - o.sent_s for o in counted]
+    lat = stats.percentiles(latencies_s, (50, 95), digits=3)
+    mean_s = sum(latencies_s) / len(latencies_s) if latencies_s else None
     measured_s = end_s - warmup_s
     bins = [0] * max(1, math.ceil(end_s / 10))
     for o in outcomes:
@@ -112,6 +118,8 @@ def sustained_figures(outcomes: list[WindowOutcome], n_questions: int, warmup_s:
             "warmup_s": warmup_s, "measured_s": round(measured_s, 2), "counted": len(counted),
             "windows_per_s": round(len(counted) / measured_s, 3),
             "answers_per_s": round(len(counted) * n_questions / measured_s, 3),
+            "windows_per_s_by_latency": round(concurrency / mean_s, 3) if mean_s else None,
+            "latency_mean_s": round(mean_s, 3) if mean_s is not None else None,
             "latency_p50_s": lat["p50"], "latency_p95_s": lat["p95"],
             "completion_tokens_counted": sum(o.completion_tokens for o in counted),
             "ended_per_10s": bins,

@@ -36,6 +36,18 @@ def test_only_windows_answered_inside_the_interval_count():
     assert res["ended_per_10s"] == [1, 1, 1, 0]
 
 
+def test_a_lockstep_loop_reads_the_same_rate_by_latency_wherever_the_interval_cuts_its_cohorts():
+    # 4 windows in flight, all sent together and answered together 10 s later, again and again (as on the H200)
+    outcomes = [WindowOutcome(200, 256, 10.0 * k, 10.0 * (k + 1)) for k in range(4) for _ in range(4)]
+    short = wl.sustained_figures(outcomes, 1, warmup_s=5.0, end_s=27.0, concurrency=4, ran_out=False)
+    longer = wl.sustained_figures(outcomes, 1, warmup_s=5.0, end_s=32.0, concurrency=4, ran_out=False)
+    assert (short["counted"], longer["counted"]) == (8, 12)
+    assert (short["windows_per_s"], longer["windows_per_s"]) == (round(8 / 22, 3), round(12 / 27, 3))
+    assert short["windows_per_s_by_latency"] == longer["windows_per_s_by_latency"] == 0.4  # 4 / 10 s
+    assert short["latency_mean_s"] == 10.0
+    assert short["ended_per_10s"] == [0, 4, 4]
+
+
 def test_no_rate_is_read_from_a_loop_that_stopped_within_its_warm_up():
     with pytest.raises(ValueError, match="warm-up"):
         wl.sustained_figures([WindowOutcome(200, 256, 0.0, 1.0)], 1, warmup_s=5.0, end_s=3.0, concurrency=1,
