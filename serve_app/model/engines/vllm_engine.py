@@ -22,10 +22,12 @@ from typing import Any
 
 from serve_app.config import ModelConfig
 from serve_app.config.families import check_family
+from serve_app.decode.vision_patches import patchify_fields
 from serve_app.log_limit import LOG_LIMIT, get_logger
 from serve_app.model.checkpoint import ensure_checkpoint, has_random_weights
 from serve_app.model.engines import engine_process
 from serve_app.model.engines.base import Engine, EngineDeadError, GenerationChunk, GenerationRequest
+from serve_app.model.engines.clip_fields import ClipFieldsCache
 from serve_app.model.engines.prefill_gate import PrefillGate
 from serve_app.model.engines.vllm_inputs import engine_prompt, handoff_pixels, sampling_params
 from serve_app.model.engines.vllm_patches import accept_processed_video, share_tokenizer_pools
@@ -54,6 +56,8 @@ class VLLMEngine(Engine):
         self._stats_task: asyncio.Task[None] | None = None
         #: a clip's later questions go to the engine core once its first one has prefilled (they reuse it)
         self._gate = PrefillGate()
+        #: a clip's questions patchify its frames once (``model.patchify: table``)
+        self._clip_fields: ClipFieldsCache[dict[str, Any]] = ClipFieldsCache()
         #: seconds of each start phase (``import``: preflight and vLLM's import; ``engine``: AsyncLLM's
         #: build, engine-core process, model load, compile, CUDA graphs)
         self.phases_s: dict[str, float] = {}
@@ -171,7 +175,7 @@ class VLLMEngine(Engine):
                 self._pool, self._process, request, params, stage
             )
         else:
-            engine_input = engine_prompt(request, self.config.processor_kwargs, self._table_device, self.config.family)
+            engine_input = self._prompt(request, stage)
         stage["gate_start"] = time.perf_counter()
         # The clip's other questions: after its first one's prefill (model.prefill_hold).
         release = await self._gate.turn(request.clip_id if self.config.prefill_hold else None)
@@ -215,7 +219,7 @@ class VLLMEngine(Engine):
         """
         stage["thread_start"] = time.perf_counter()
         arrival_s = time.time()  # vLLM's arrival time covers the patchify too, as it covers the HF processor
-        prompt = engine_prompt(request, self.config.processor_kwargs, self._table_device, self.config.family)
+        prompt = self._prompt(request, stage)
         stage["prompt_built"] = time.perf_counter()
         req = self.llm.input_processor.process_inputs(
             request.request_id, prompt, params, supported_tasks=self._tasks, arrival_time=arrival_s
@@ -224,6 +228,17 @@ class VLLMEngine(Engine):
         stage["pixel_bytes"] = handoff_pixels(req, self.config.pixel_handoff)
         stage["thread_end"] = time.perf_counter()
         return req
+
+    def _prompt(self, request: GenerationRequest, stage: dict[str, float]) -> dict[str, Any]:
+        """The request's vLLM prompt (:func:`~serve_app.model.engines.vllm_inputs.engine_prompt`). With the
+        table patchify, a clip's questions share one patchify (:class:`ClipFieldsCache`, by ``clip_id``);
+        ``stage["patchify_reused"]`` is 1.0 when this request's came from another question's."""
+        fields = None
+        if self._table_device is not None and request.frames is not None:
+            frames, fps, device = request.frames, request.fps, self._table_device
+            fields, reused = self._clip_fields.get(request.clip_id, lambda: patchify_fields(frames, fps, device))
+            stage["patchify_reused"] = float(reused)
+        return engine_prompt(request, self.config.processor_kwargs, self._table_device, self.config.family, fields)
 
     @staticmethod
     def _append_timings(path: str, row: dict[str, Any]) -> None:

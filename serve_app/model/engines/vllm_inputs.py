@@ -52,6 +52,7 @@ def engine_prompt(
     extra_processor_kwargs: dict[str, Any] | None = None,
     table_device: str | None = None,
     family: str = "qwen2_5_vl",
+    table_fields: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The vLLM prompt dict of one request: text, the clip, and processor kwargs.
 
@@ -61,7 +62,10 @@ def engine_prompt(
     (:func:`serve_app.decode.vision_patches.patchify_fields`) and go in as processed fields too. Otherwise
     frames go in as the family's video item with the processor kwargs that give the true temporal
     positions (:meth:`serve_app.model.family.ModelFamily.vllm_video`: Qwen2.5-VL's metadata in the
-    kwargs; Qwen3-VL's in the item, with the frame timestamps its prompt shows).
+    kwargs; Qwen3-VL's in the item, with the frame timestamps its prompt shows). ``table_fields``: the table
+    patchify's fields of this clip already made (for another question of it,
+    :class:`serve_app.model.engines.clip_fields.ClipFieldsCache`); the prompt gets its own copy of the dict, the
+    tensors are shared (nothing writes to them, as with the decode tier's patches).
 
     The clip's identity (:attr:`GenerationRequest.media_uuid`: the request's own, or the one its window's
     questions share) is the ``cache_salt`` of its prefix-cache blocks, and is passed as its multimodal UUID.
@@ -82,8 +86,9 @@ def engine_prompt(
         return {"prompt": request.prompt, "multi_modal_data": {"video": video_input(request.patches)}, **ident}
     assert request.frames is not None  # a request carries frames or patches
     if table_device is not None:
-        fields = patchify_fields(request.frames, request.fps, table_device)
-        return {"prompt": request.prompt, "multi_modal_data": {"video": fields}, **ident}
+        if table_fields is None:
+            table_fields = patchify_fields(request.frames, request.fps, table_device)
+        return {"prompt": request.prompt, "multi_modal_data": {"video": dict(table_fields)}, **ident}
     item, kwargs = family_for(family).vllm_video(request.frames, request.fps, extra_processor_kwargs)
     return {"prompt": request.prompt, "multi_modal_data": {"video": item}, **ident, "mm_processor_kwargs": kwargs}
 

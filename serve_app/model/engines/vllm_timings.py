@@ -31,7 +31,8 @@ def timings_row(
     ``t_submit`` / ``t_engine``: ``time.perf_counter()`` seconds when the request arrived and when it
     was handed to ``AsyncLLM``; ``stage``: what the preprocessing thread recorded (empty without one:
     ``thread_start``, ``prompt_built`` (the prompt and its clip ready; with ``patchify: table``, the patches
-    made), ``processed`` (vLLM's input processing done), ``thread_end``) and ``gate_start`` (when the request
+    made), ``processed`` (vLLM's input processing done), ``thread_end``, ``patchify_reused`` (1.0: the clip's
+    patches came from another question of it)) and ``gate_start`` (when the request
     reached the prefill gate, :class:`serve_app.model.engines.prefill_gate.PrefillGate`); ``m``: vLLM's
     ``RequestStateStats`` of the last output (engine timestamps in seconds), or None;
     ``cached_tokens``: the prompt tokens vLLM's prefix cache served (``RequestOutput.num_cached_tokens``).
@@ -47,6 +48,8 @@ def timings_row(
         row["prompt_build_ms"] = (stage["prompt_built"] - stage["thread_start"]) * 1000
         row["vllm_inputs_ms"] = (stage["processed"] - stage["prompt_built"]) * 1000
         row["pixel_bytes"] = stage.get("pixel_bytes")
+        if "patchify_reused" in stage:  # the table patchify came from another question of the clip
+            row["patchify_reused"] = bool(stage["patchify_reused"])
     if "gate_start" in stage:  # a later question of its clip waited this long for the first one's prefill
         row["prefill_gate_ms"] = (t_engine - stage["gate_start"]) * 1000
     row["frontend_ms"] = (t_engine - t_submit) * 1000

@@ -21,3 +21,10 @@ def test_the_preprocessing_is_split_into_the_prompt_and_vllms_input_processing()
     assert row["prompt_build_ms"] == pytest.approx(50.0) and row["vllm_inputs_ms"] == pytest.approx(250.0)
     assert row["handoff_prep_ms"] == pytest.approx(1.0) and row["pixel_bytes"] == 76.0
 
+
+
+def test_the_row_says_when_the_patchify_came_from_another_question_of_the_clip():
+    stage = {"thread_start": 1.0, "prompt_built": 1.001, "processed": 1.03, "thread_end": 1.031}
+    assert timings_row("q2", 0.5, 1.4, {**stage, "patchify_reused": 1.0}, None, 256, 8129)["patchify_reused"] is True
+    assert timings_row("q1", 0.5, 1.4, {**stage, "patchify_reused": 0.0}, None, 256, 8129)["patchify_reused"] is False
+    assert "patchify_reused" not in timings_row("hf", 0.5, 1.4, stage, None, 256, 8129)  # no table patchify
