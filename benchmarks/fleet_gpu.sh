@@ -20,7 +20,8 @@
 #                                                         # (default questions1,questions3,questions1,questions3);
 #                                                         # sustainN steps: BURST windows kept in flight for
 #                                                         # SUSTAIN_S (60) s, the rate read after SUSTAIN_WARMUP_S (20) s (the
-#                                                         # sustained windows/s, without a burst's ramp and drain)
+#                                                         # sustained windows/s, without a burst's ramp and drain;
+#                                                         # SUSTAIN_STAGGER_S (0): the first sends spread over it)
 #   bash benchmarks/fleet_gpu.sh stop                     # whichever server runs; GPU memory printed
 # Q is 1 or 3; LEVELS e.g. 24,30,36 (ascending); DURATION_S (80) the measured seconds per level; FIRST (0) the
 # first copy index (a later sweep on the same server takes copies no earlier sweep used).
@@ -151,7 +152,7 @@ PY
     name=${1:?NAME}; steps=${2:-questions1,questions3,questions1,questions3}
     python3 -m benchmarks.lifecycle --config /tmp/derived.yaml --windows-dir /tmp/xwin --tokenizer "$CK" \
       --steps "$steps" --burst "${BURST:-64}" --sustain-s "${SUSTAIN_S:-60}" \
-      --sustain-warmup-s "${SUSTAIN_WARMUP_S:-20}" --out "$OUT/$name/lifecycle.json" \
+      --sustain-warmup-s "${SUSTAIN_WARMUP_S:-20}" --sustain-stagger-s "${SUSTAIN_STAGGER_S:-0}" --out "$OUT/$name/lifecycle.json" \
       > "$OUT/$name.log" 2>&1
     echo "== burst $name rc=$?"; grep -E "^==|Error|Traceback" "$OUT/$name.log" | cut -c1-400
     if [ -n "${COSMOS_SERVE_ENGINE_TIMINGS:-}" ] && [ -f "$COSMOS_SERVE_ENGINE_TIMINGS" ]; then

@@ -19,8 +19,9 @@ one JSON result with its command. Steps (``--steps``, in order, comma-separated)
   timings show each question's prefix-cache hits (``cached_tokens``).
 * ``sustainN`` (``sustain1``, ``sustain3``): the same requests in a closed loop, ``--burst`` windows in
   flight for ``--sustain-s`` seconds; windows/s over those that end after ``--sustain-warmup-s``
-  (:mod:`benchmarks.window_load`: a burst's wall time includes its ramp and drain, longer with 3 questions).
-  Needs ``--burst`` + ~3 windows/s × ``--sustain-s`` new windows per step.
+  (:mod:`benchmarks.window_load`: a burst's wall time includes its ramp and drain, longer with 3 questions),
+  and by Little's law (``--burst`` / mean latency); ``--sustain-stagger-s`` spreads the first sends (all at once,
+  the loop runs in lockstep cohorts). Needs ``--burst`` + ~3 windows/s × ``--sustain-s`` new windows per step.
 * ``kill``: SIGKILL of the model replica's worker while ``--kill-load`` clients keep asking; the time
   to the next answered query, every request's outcome meanwhile, when the killed replica's own engine
   core was gone, and when its replacement was ready (``replaced_s``; with replicas sharing a GPU,
@@ -208,7 +209,8 @@ class Lifecycle:
         offset = self.args.burst_offset
         chosen = files[offset:]
         res = asyncio.run(window_load.sustain(self.url, chosen, list(QUESTIONS[:n_questions]), self.args.burst,
-                                              self.args.sustain_s, self.args.sustain_warmup_s))
+                                              self.args.sustain_s, self.args.sustain_warmup_s,
+                                              self.args.sustain_stagger_s))
         self.args.burst_offset += res["windows_used"]
         return {**res, "first_window": chosen[0].name if chosen else None}
 
@@ -320,6 +322,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tokenizer", required=True, help="the checkpoint folder, for vllm bench serve")
     ap.add_argument("--burst", type=int, default=64, help="windows per burst, and in flight in a sustainN step")
     ap.add_argument("--sustain-s", type=float, default=60, help="seconds a sustainN step keeps sending")
+    ap.add_argument("--sustain-stagger-s", type=float, default=0,
+                    help="seconds over which a sustainN step spreads its first --burst sends (0: all at once)")
     ap.add_argument("--sustain-warmup-s", type=float, default=20,
                     help="seconds of a sustainN step before the windows that end are counted")
     ap.add_argument("--kill-load", type=int, default=4, help="clients asking during the kill step")

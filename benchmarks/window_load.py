@@ -135,7 +135,7 @@ async def burst(url: str, files: list[Path], questions: list[str]) -> dict[str, 
 
 
 async def sustain(url: str, files: list[Path], questions: list[str], concurrency: int, duration_s: float,
-                  warmup_s: float) -> dict[str, Any]:
+                  warmup_s: float, stagger_s: float = 0.0) -> dict[str, Any]:
     """The closed loop: ``concurrency`` windows in flight, each next one from ``files`` (in order, none twice)
     sent as soon as one ends, for ``duration_s`` seconds; then the windows in flight are waited for (not
     counted). Sending also stops when ``files`` runs out (``ran_out_of_windows``; the interval then ends there).
@@ -144,17 +144,26 @@ async def sustain(url: str, files: list[Path], questions: list[str], concurrency
         :func:`sustained_figures` plus ``windows_used`` (files sent) and ``drain_s`` (seconds waited after
         sending stopped).
 
+    ``stagger_s`` > 0 spreads the first ``concurrency`` sends evenly over that many seconds (slot i waits
+    i · ``stagger_s`` / ``concurrency``), as cameras' windows are spread: all sent at once, the windows are
+    prefilled, decoded and answered together, and the loop runs in lockstep cohorts (H200, 2026-12-03:
+    ``results/gpu/fleet-lease9/README.md``), each cohort's decode tail with no other window's prefill beside it.
+
     Raises:
-        ValueError: no rate could be read (see :func:`sustained_figures`), or ``concurrency`` < 1.
+        ValueError: no rate could be read (see :func:`sustained_figures`), ``concurrency`` < 1 or
+            ``stagger_s`` < 0.
     """
     if concurrency < 1:
         raise ValueError(f"concurrency must be at least 1 (got {concurrency})")
+    if stagger_s < 0:
+        raise ValueError(f"stagger_s must be >= 0 (got {stagger_s})")
     outcomes: list[WindowOutcome] = []
     queue = iter(files)
     stopped_s: list[float] = []  # when the first worker found no time or no file left
     t0 = time.perf_counter()
 
-    async def worker(client: httpx.AsyncClient) -> None:
+    async def worker(client: httpx.AsyncClient, slot: int) -> None:
+        await asyncio.sleep(slot * stagger_s / concurrency)
         while True:
             now_s = time.perf_counter() - t0
             path = next(queue, None) if now_s < duration_s else None
@@ -164,7 +173,8 @@ async def sustain(url: str, files: list[Path], questions: list[str], concurrency
             outcomes.append(await ask_window(client, url, path, questions, t0))
 
     async with httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=concurrency)) as client:
-        await asyncio.gather(*(worker(client) for _ in range(concurrency)))
+        await asyncio.gather(*(worker(client, slot) for slot in range(concurrency)))
     end_s = min(min(stopped_s), duration_s)  # before duration_s only when the files ran out
     res = sustained_figures(outcomes, len(questions), warmup_s, end_s, concurrency, end_s < duration_s)
-    return {**res, "windows_used": len(outcomes), "drain_s": round(time.perf_counter() - t0 - end_s, 2)}
+    return {**res, "stagger_s": stagger_s, "windows_used": len(outcomes),
+            "drain_s": round(time.perf_counter() - t0 - end_s, 2)}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -95,6 +96,27 @@ def test_the_loop_keeps_the_concurrency_in_flight_and_sends_no_window_twice(monk
     assert res["completion_tokens_counted"] == res["counted"] * 3 * 256
 
 
+def test_a_staggered_loop_spreads_its_first_sends_and_then_keeps_the_concurrency(monkeypatch, tmp_path):
+    sent_s: list[float] = []
+    seen = _serve(monkeypatch, delay_s=0.3)
+    real_ask = wl.ask_window
+
+    async def timed(client, url, path, questions, t0):
+        sent_s.append(time.perf_counter() - t0)
+        return await real_ask(client, url, path, questions, t0)
+
+    monkeypatch.setattr(wl, "ask_window", timed)
+    files = [tmp_path / f"w{i:03d}.mp4" for i in range(100)]
+    res = asyncio.run(wl.sustain("http://127.0.0.1:1", files, ["a"], concurrency=4, duration_s=0.5, warmup_s=0.0,
+                                 stagger_s=0.4))
+    first = sorted(sent_s)[:4]
+    assert all(s >= i * 0.1 - 0.01 for i, s in enumerate(first))  # slot i waits i x 0.4 / 4 s first
+    assert first[3] - first[0] >= 0.29 and first[0] < 0.1
+    assert seen.most == 4 and res["stagger_s"] == 0.4
+    with pytest.raises(ValueError, match="stagger_s"):
+        asyncio.run(wl.sustain("http://127.0.0.1:1", files, ["a"], 1, 1.0, 0.0, stagger_s=-1.0))
+
+
 def test_the_loop_says_when_the_windows_ran_out(monkeypatch, tmp_path):
     seen = _serve(monkeypatch, delay_s=0.01)
     files = [tmp_path / f"w{i}.mp4" for i in range(6)]
@@ -109,7 +131,7 @@ def test_the_sustain_step_takes_new_windows_and_leaves_the_single_queries_ones(m
         (tmp_path / f"win-{i:03d}.mp4").write_bytes(b"")
     run = object.__new__(lc.Lifecycle)
     run.args = argparse.Namespace(burst=2, windows_dir=str(tmp_path), burst_offset=4, sustain_s=30.0,
-                                  sustain_warmup_s=0.0)
+                                  sustain_warmup_s=0.0, sustain_stagger_s=0.0)
     run.url = "http://127.0.0.1:1"
     res = run.sustain(1)
     names = [Path(p).name for p in seen.paths]
