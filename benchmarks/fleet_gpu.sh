@@ -37,8 +37,8 @@ export PYTHONPATH=/root/site:$PWD PATH=/root/site/bin:$PATH VLLM_USE_FLASHINFER_
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 CK=$PWD/checkpoints/cosmos-reason1-7b-dummy
 CLIP=intel_one-by-one-person-detection.mp4
-# The first questions of benchmarks.lifecycle.QUESTIONS (the same set as the 1-vs-3 burst).
-mapfile -t QS < <(python3 -c "from benchmarks.lifecycle import QUESTIONS; print('\n'.join(QUESTIONS))")
+# The first questions of benchmarks.workload.QUESTIONS (the same set as the 1-vs-3 burst).
+mapfile -t QS < <(python3 -c "from benchmarks.workload import QUESTIONS; print('\n'.join(QUESTIONS))")
 # The sampling every side uses: the model card's recipe (temperature 0.6, top_p 0.95, repetition_penalty 1.05),
 # which the graph applies by default (model.sampling). Plain `vllm serve` gets it in each request: without it,
 # plain sampled with vLLM's defaults (temperature 1, no top-p, no penalty: no vocabulary sort per step), a lighter
@@ -144,8 +144,10 @@ PY
     echo "== crosscheck $side $rate/s rc=$?"
     grep -E "Successful|Failed|Request throughput|Median E2EL|P95 E2EL|P95 TTFT" "$OUT/$name.log" ;;
   burst)
-    # Every window of a step is a new clip (the steps take consecutive windows of /tmp/xwin: one run of this
-    # phase per server start, and prep at least 4 x BURST + 16 windows; a sustainN step takes BURST + ~3/s x
+    # Every window of a step is a new clip (the steps of one run take consecutive windows of /tmp/xwin, and
+    # prep at least 4 x BURST + 16 windows; a second run on the same server sends the same files again, which
+    # vLLM's prefix cache does not serve: each request's clip identity is its cache_salt (2026-12-03, tenth
+    # lease: 0 cached tokens for every first question of the second run); a sustainN step takes BURST + ~3/s x
     # SUSTAIN_S: `prep 800 .gpu-clips/intel_one-by-one-person-detection.mp4` for three). With
     # COSMOS_SERVE_ENGINE_TIMINGS set at graph-start, vLLM's per-request timings (prefix-cache hits per
     # question) are copied beside the result.

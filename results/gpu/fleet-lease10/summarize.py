@@ -1,0 +1,110 @@
+"""Sums up the tenth lease's sustained steps into ``fleet_sustained_staggered_h200.json``.
+
+Run from the repository root: ``python results/gpu/fleet-lease10/summarize.py``. Reads each run's
+``lifecycle.json`` (the closed loop's figures, ``benchmarks/window_load.py``) and its engine timings
+(``COSMOS_SERVE_ENGINE_TIMINGS``: one JSON row per engine request, in the order they ended). The rows of a run
+are those of 256 completion tokens (the warm-up's have 16); one timings file served the bf16 server's two runs,
+so the staggered run's rows are those after the lockstep run's. Each step's rows are taken in order: ``sent`` x
+questions, the first step's first (a window cut off at a step's end can leave one more row; the remainder goes
+to the last step). "first" = a request that prefilled its video (fewer than 8,000 of its 8,149 prompt tokens from
+the prefix cache); "later" = one that took the video from the cache (the prefill hold hands a window's other
+questions to vLLM at the first one's first token). ``patchify_reused`` counts the requests whose table patchify
+came from another question's: whichever question's thread got there first built it, so it is not always the
+first question's.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).parent
+STAGES = ("preprocess_wait_ms", "prompt_build_ms", "vllm_inputs_ms", "prefill_gate_ms", "engine_queue_ms",
+          "prefill_ms", "decode_ms")
+RUNS = {  # name: (folder, rows of the same timings file that belong to an earlier run)
+    "bf16_lockstep": ("lock", 0),
+    "bf16_staggered": ("stag", 963),
+    "fp8_staggered": ("stag_fp8", 0),
+}
+
+
+def _rows(path: Path) -> list[dict[str, Any]]:
+    with gzip.open(path, "rt") as f:
+        return [r for r in map(json.loads, f) if r["completion_tokens"] == 256]
+
+
+def _stages(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {"requests": len(rows),
+                           "cached_ge_8000": sum(r["cached_tokens"] >= 8000 for r in rows)}
+    for k in STAGES:
+        v = [float(r[k]) for r in rows if r.get(k) is not None]
+        out[k] = {"p50": round(statistics.median(v), 1), "sum_s": round(sum(v) / 1000, 1)} if v else None
+    return out
+
+
+def main() -> None:
+    summary: dict[str, Any] = {}
+    for name, (folder, skip) in RUNS.items():
+        life = json.loads((HERE / folder / "lifecycle.json").read_text())
+        rows = _rows(HERE / folder / "engine_timings.jsonl.gz")[skip:]
+        steps: dict[str, Any] = {}
+        start = 0
+        for i, s in enumerate(life["steps"]):
+            n = s["sent"] * s["questions_per_window"]
+            part = rows[start:] if i == len(life["steps"]) - 1 else rows[start:start + n]
+            start += n
+            first = [r for r in part if r["cached_tokens"] < 8000]
+            later = [r for r in part if r["cached_tokens"] >= 8000]
+            steps[s["step"]] = {
+                **{k: s[k] for k in ("windows_per_s_by_latency", "windows_per_s", "latency_mean_s", "latency_p50_s",
+                                     "latency_p95_s", "sent", "statuses", "ended_per_10s", "measured_s")},
+                "patchify_reused": sum(bool(r.get("patchify_reused")) for r in part),
+                "timings_first": _stages(first), "timings_later": _stages(later) if later else None,
+            }
+        r1 = steps["sustain1"]["windows_per_s_by_latency"]
+        r3 = steps["sustain3"]["windows_per_s_by_latency"]
+        c1, c3 = steps["sustain1"]["windows_per_s"], steps["sustain3"]["windows_per_s"]
+        summary[name] = {"command": life["command"], "lifecycle_result": f"{folder}/lifecycle.json",
+                         "ratio_3_vs_1_by_latency": round(r3 / r1, 3), "ratio_3_vs_1_counted": round(c3 / c1, 3),
+                         **steps}
+    b, f = summary["bf16_staggered"], summary["fp8_staggered"]
+    fp8 = {f"{q}_question{'s' if q == '3' else ''}": {
+        "by_latency": round(f[f"sustain{q}"]["windows_per_s_by_latency"] / b[f"sustain{q}"]["windows_per_s_by_latency"],
+                            3),
+        "counted": round(f[f"sustain{q}"]["windows_per_s"] / b[f"sustain{q}"]["windows_per_s"], 3)} for q in "13"}
+    doc = {
+        "bench": "fleet sustained windows/s, tenth lease (issue 26): a window's questions patchify once (71dadab); "
+                 "the closed loop in lockstep and staggered (the first 64 sends spread over 30 s); fp8 against bf16, "
+                 "staggered; one H200, one machine for every row",
+        "date": "2026-12-03",
+        "code": "d314005",
+        "weights": "dummy (random): only the timings count",
+        "command_note": "on the GPU machine after staging: `bash benchmarks/gpu_machine.sh prep 900 "
+                        ".gpu-clips/intel_one-by-one-person-detection.mp4`; "
+                        "`COSMOS_SERVE_ENGINE_TIMINGS=/tmp/et_X.jsonl bash benchmarks/fleet_gpu.sh graph-start "
+                        "[configs/h200-fp8.yaml] streams.workers=3 "
+                        "model.engine_args.max_num_seqs=256 model.warmup_decode_sweep=256 "
+                        "model_replica.max_ongoing_requests=256`; lockstep: `SUSTAIN_S=100 SUSTAIN_WARMUP_S=35 bash "
+                        "benchmarks/fleet_gpu.sh burst lock sustain1,sustain3`; staggered: `SUSTAIN_STAGGER_S=30 "
+                        "SUSTAIN_S=110 SUSTAIN_WARMUP_S=45 bash benchmarks/fleet_gpu.sh burst stag sustain1,sustain3` "
+                        "(on the same bf16 server after the lockstep run; every request carries its own cache_salt, "
+                        "so the window files sent again did not come from the prefix cache: 0 cached tokens for "
+                        "every first question)",
+        "rate_note": "windows_per_s_by_latency is Little's law for the closed loop, 64 / mean latency; "
+                     "windows_per_s counts the windows answered after the warm-up (cohorts make it depend on the cut)",
+        "target_ratio_3_vs_1": 0.769,
+        "target_fp8_vs_bf16": 1.3,
+        "ratio_3_vs_1_bf16_staggered": b["ratio_3_vs_1_by_latency"],
+        "ratio_3_vs_1_fp8_staggered": f["ratio_3_vs_1_by_latency"],
+        "ratio_3_vs_1_bf16_lockstep": summary["bf16_lockstep"]["ratio_3_vs_1_by_latency"],
+        "fp8_vs_bf16_staggered": fp8,
+        "runs": summary,
+    }
+    (HERE / "fleet_sustained_staggered_h200.json").write_text(json.dumps(doc, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
