@@ -15,18 +15,30 @@ and patchified (``vision_input: patches``) or as frames for the HF processor
   after ``--profile-delay`` steps: the GPU kernels by self CUDA time and the GPU's busy
   fraction over that window (union of kernel intervals / wall time).
 
-Per burst: clips/s, TTFT p50/p95, and from vLLM's per-request engine-core timestamps the
-time from the first arrival until the last clip was scheduled / got its first token, and
-the prefill rate (prompt tokens/s between those points). Usage (GPU machine)::
+``--questions N`` asks every clip the first N of :data:`benchmarks.workload.QUESTIONS`, as a
+window's questions reach the replica's engine: one multimodal id and ``cache_salt`` shared by the
+clip's questions only, the later ones submitted at the first one's first token (the replica's
+prefill hold, ``serve_app/model/engines/prefill_gate.py``), so they read the clip from the prefix
+cache. ``--sampling greedy`` drops the model card's recipe (temperature 0: no top-p, no penalty),
+to tell the sampler's share of a decode step. With ``--profile-delay`` past the prefill (64 clips of
+8,149 tokens at 16,384 batched tokens a step: ~35 steps), the profiled steps are decode steps of
+64 × N sequences of ~8k context.
+
+Per burst: clips/s and answers/s, TTFT p50/p95 (of the first questions), and from vLLM's per-request
+engine-core timestamps the time from the first arrival until the last clip was scheduled / got its
+first token, and the prefill rate (prompt tokens/s between those points; first questions). Usage
+(GPU machine)::
 
     python -m benchmarks.engine_profile --out $OUT/engine_profile.json \\
-        [--engine-args '{"max_num_batched_tokens": 32768}'] [--input frames]
+        [--engine-args '{"max_num_batched_tokens": 32768}'] [--input frames] \\
+        [--questions 3 --bursts profiled --profile-delay 80] [--sampling greedy]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import gzip
 import json
 import logging
@@ -42,6 +54,7 @@ from benchmarks.workload import (
     BASE_ENGINE_ARGS,
     OUTPUT_TOKENS,
     QUESTION,
+    QUESTIONS,
     SYSTEM_PROMPT,
     decode_frames,
     summary,
@@ -116,68 +129,113 @@ def _timeline(rows: list[dict[str, float]], prompt_tokens: int) -> dict[str, Any
     }
 
 
-async def _burst(
-    llm: Any, prompts: list[dict[str, Any]], sampling: Any, tag: str, stagger_s: float = 0.0
-) -> dict[str, Any]:
-    """Runs one burst; ``stagger_s`` spreads the submissions evenly over that many seconds."""
-    t0 = time.perf_counter()
-    ttft: list[float] = []
-    rows: list[dict[str, float]] = []
-    ptoks: set[int] = set()
-    n_tokens = 0
+@dataclasses.dataclass
+class _Tally:
+    """What one burst's requests report: first questions' TTFT (s), engine timestamps and prompt lengths."""
 
-    async def one(i: int, prompt: dict[str, Any]) -> None:
-        nonlocal n_tokens
-        if stagger_s:
-            await asyncio.sleep(stagger_s * i / max(len(prompts) - 1, 1))
-        t_sent = time.perf_counter()
-        first = None
-        m: Any = None
-        async for out in llm.generate(prompt, sampling, f"{tag}-{i}"):
-            if out.prompt_token_ids is not None:
-                ptoks.add(len(out.prompt_token_ids))
+    ttft: list[float] = dataclasses.field(default_factory=list)
+    rows: list[dict[str, float]] = dataclasses.field(default_factory=list)
+    prompt_tokens: set[int] = dataclasses.field(default_factory=set)
+    tokens: int = 0
+    timed: int = 0  # requests that reported engine timestamps
+
+
+async def _ask(llm: Any, prompt: dict[str, Any], sampling: Any, rid: str, tally: _Tally,
+               started: asyncio.Event | None) -> None:
+    """One engine request to its end. ``started`` is given for a clip's first question only: it is set at
+    the first token, or when the request ends without one."""
+    t_sent = time.perf_counter()
+    first = None
+    m: Any = None
+    try:
+        async for out in llm.generate(prompt, sampling, rid):
+            if started is not None and out.prompt_token_ids is not None:
+                tally.prompt_tokens.add(len(out.prompt_token_ids))
             if first is None and out.outputs[0].token_ids:
                 first = time.perf_counter() - t_sent
-            n_tokens += len(out.outputs[0].token_ids)
+                if started is not None:
+                    started.set()
+            tally.tokens += len(out.outputs[0].token_ids)
             m = out.metrics
-        ttft.append(first if first is not None else float("nan"))
-        if m is not None and m.last_token_ts:
-            rows.append({"queued": m.queued_ts, "scheduled": m.scheduled_ts, "first_token": m.first_token_ts,
-                         "last_token": m.last_token_ts})
+    finally:
+        if started is not None:
+            started.set()  # the later questions go even when the first ends without a token
+    if m is not None and m.last_token_ts:
+        tally.timed += 1
+        if started is not None:
+            tally.rows.append({"queued": m.queued_ts, "scheduled": m.scheduled_ts, "first_token": m.first_token_ts,
+                               "last_token": m.last_token_ts})
+    if started is not None:
+        tally.ttft.append(first if first is not None else float("nan"))
 
-    await asyncio.gather(*(one(i, p) for i, p in enumerate(prompts)))
+
+async def _burst(
+    llm: Any, groups: list[list[dict[str, Any]]], sampling: Any, tag: str, stagger_s: float = 0.0
+) -> dict[str, Any]:
+    """Runs one burst of clips, each a group of engine prompts (its questions; see :func:`_prompts`).
+
+    A group's first prompt is submitted at the group's arrival (``stagger_s`` spreads the arrivals
+    evenly over that many seconds), the others once the first has its first token or has ended
+    without one. TTFT and the engine timeline are the first prompts' (the timeline only when every
+    request reported its timestamps and the first prompts share one prompt length).
+    """
+    t0 = time.perf_counter()
+    tally = _Tally()
+    n_requests = sum(len(g) for g in groups)
+
+    async def one(i: int, group: list[dict[str, Any]]) -> None:
+        if stagger_s:
+            await asyncio.sleep(stagger_s * i / max(len(groups) - 1, 1))
+        started = asyncio.Event()
+        head = asyncio.create_task(_ask(llm, group[0], sampling, f"{tag}-{i}", tally, started))
+        await started.wait()
+        later = (_ask(llm, p, sampling, f"{tag}-{i}-q{q}", tally, None) for q, p in enumerate(group[1:], 2))
+        await asyncio.gather(head, *later)
+
+    await asyncio.gather(*(one(i, g) for i, g in enumerate(groups)))
     wall = time.perf_counter() - t0
     out: dict[str, Any] = {
-        "clips": len(prompts),
+        "clips": len(groups),
+        "questions_per_clip": len(groups[0]) if groups else 0,
         "stagger_s": stagger_s,
         "wall_s": round(wall, 3),
-        "clips_per_s": round(len(prompts) / wall, 4),
-        "output_tokens_per_s": round(n_tokens / wall, 1),
-        "ttft_s": summary(ttft),
-        "prompt_tokens": sorted(ptoks),
+        "clips_per_s": round(len(groups) / wall, 4),
+        "answers_per_s": round(n_requests / wall, 4),
+        "output_tokens_per_s": round(tally.tokens / wall, 1),
+        "ttft_s": summary(tally.ttft),
+        "prompt_tokens": sorted(tally.prompt_tokens),
     }
-    if len(rows) == len(prompts) and len(ptoks) == 1:
-        out["engine_timeline"] = _timeline(rows, next(iter(ptoks)))
+    if tally.timed == n_requests and len(tally.prompt_tokens) == 1:
+        out["engine_timeline"] = _timeline(tally.rows, next(iter(tally.prompt_tokens)))
     logger.info("%s: %.2f clips/s (%.1f s)", tag, out["clips_per_s"], wall)
     return out
 
 
-def _prompts(clips: list[Any], mode: str, extra_processor_kwargs: dict[str, Any]) -> list[dict[str, Any]]:
-    """Engine prompts for the clips, each with a fresh multimodal id (no cache can serve it)."""
+def _prompts(
+    clips: list[Any], mode: str, extra_processor_kwargs: dict[str, Any], questions: tuple[str, ...] = (QUESTION,)
+) -> list[list[dict[str, Any]]]:
+    """Engine prompts for the clips: per clip, one per question, sharing a fresh multimodal id.
+
+    The id is the clip's multimodal UUID and the ``cache_salt`` of its prefix-cache blocks, as the
+    replica sends them (:func:`serve_app.model.engines.vllm_inputs.engine_prompt`): a clip's questions
+    can share its blocks; no other clip, burst or run can. ``clips``: per clip, the patches
+    (``mode == "patches"``) or the ``(T, H, W, 3) uint8`` frames at 4 fps (``"frames"``).
+    """
     from serve_app.decode.vision_patches import video_input
     from serve_app.model.family import family_for
     from serve_app.model.prompt import render_prompt
 
-    text = render_prompt(QUESTION, SYSTEM_PROMPT)
+    texts = [render_prompt(q, SYSTEM_PROMPT) for q in questions]
     out = []
     for c in clips:
         uid = uuid.uuid4().hex
+        ident = {"multi_modal_uuids": {"video": [uid]}, "cache_salt": uid}
         if mode == "patches":
-            out.append({"prompt": text, "multi_modal_data": {"video": video_input(c)},
-                        "multi_modal_uuids": {"video": [uid]}})
+            data: dict[str, Any] = {"multi_modal_data": {"video": video_input(c)}}
         else:
-            out.append({"prompt": text, "multi_modal_data": {"video": c}, "multi_modal_uuids": {"video": [uid]},
-                        "mm_processor_kwargs": family_for("qwen2_5_vl").vllm_video(c, 4.0, extra_processor_kwargs)[1]})
+            data = {"multi_modal_data": {"video": c},
+                    "mm_processor_kwargs": family_for("qwen2_5_vl").vllm_video(c, 4.0, extra_processor_kwargs)[1]}
+        out.append([{"prompt": t, **data, **ident} for t in texts])
     return out
 
 
@@ -217,16 +275,18 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     t0 = time.perf_counter()
     llm = AsyncLLM.from_engine_args(AsyncEngineArgs(model=args.checkpoint, disable_log_stats=False, **kwargs))
     start_s = time.perf_counter() - t0
-    sampling = SamplingParams(max_tokens=OUTPUT_TOKENS, ignore_eos=True, temperature=COSMOS_TEMPERATURE,
-                              top_p=COSMOS_TOP_P, repetition_penalty=COSMOS_REPETITION_PENALTY,
-                              output_kind=RequestOutputKind.DELTA)
+    recipe = {"temperature": 0.0} if args.sampling == "greedy" else {
+        "temperature": COSMOS_TEMPERATURE, "top_p": COSMOS_TOP_P, "repetition_penalty": COSMOS_REPETITION_PENALTY}
+    sampling = SamplingParams(max_tokens=OUTPUT_TOKENS, ignore_eos=True, output_kind=RequestOutputKind.DELTA,
+                              **recipe)
+    questions = QUESTIONS[: args.questions] if args.questions > 1 else (QUESTION,)
     extra = dict(model_cfg.processor_kwargs)
     bursts: dict[str, Any] = {}
     await _burst(llm, _prompts(clips[:1], args.input, extra), sampling, "warmup")
     for name in args.bursts:
         await llm.reset_prefix_cache()
         await llm.reset_mm_cache()
-        prompts = _prompts(clips[1:], args.input, extra)
+        prompts = _prompts(clips[1:], args.input, extra, questions)
         if name == "profiled":
             await llm.start_profile()
             bursts[name] = await _burst(llm, prompts, sampling, name)
@@ -240,6 +300,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "input": args.input,
         "engine_args": engine_args,
         "processor_kwargs": extra if args.input == "frames" else None,
+        "questions": list(questions),
+        "sampling": recipe,
         "engine_start_s": round(start_s, 1),
         "bursts": bursts,
     }
@@ -264,6 +326,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stagger-s", type=float, default=9.0, help="arrival spread of the staggered burst (s)")
     p.add_argument("--profile-delay", type=int, default=20, help="engine steps before profiling starts")
     p.add_argument("--profile-iters", type=int, default=20, help="engine steps profiled (0: no profiler)")
+    p.add_argument("--questions", type=int, default=1, choices=range(1, len(QUESTIONS) + 1), metavar="N",
+                   help=f"questions per clip (1-{len(QUESTIONS)}): the later ones at the first one's first token")
+    p.add_argument("--sampling", choices=("recipe", "greedy"), default="recipe",
+                   help="the model card's recipe (temperature 0.6, top_p 0.95, repetition_penalty 1.05) or greedy")
     p.add_argument("--windows-dir", default="/tmp/bench-windows")
     p.add_argument("--out", default="results/gpu/engine_profile.json")
     args = p.parse_args(argv)
@@ -276,9 +342,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     result = asyncio.run(run(args))
     Path(args.out).write_text(json.dumps(result, indent=2))
-    print(json.dumps({k: {"clips_per_s": v["clips_per_s"], **{x: v.get("engine_timeline", {}).get(x) for x in (
-        "last_scheduled_s", "last_first_token_s", "prefill_tokens_per_s", "decode_tail_s")}}
-        for k, v in result["bursts"].items()}, indent=1))
+    timeline_keys = ("last_scheduled_s", "last_first_token_s", "prefill_tokens_per_s", "decode_tail_s")
+    print(json.dumps({k: {"clips_per_s": v["clips_per_s"], "answers_per_s": v["answers_per_s"],
+                          **{x: v.get("engine_timeline", {}).get(x) for x in timeline_keys}}
+                      for k, v in result["bursts"].items()}, indent=1))
     if "profile" in result:
         prof = result["profile"]
         print("profile:", {k: prof.get(k) for k in ("window_ms", "busy_ms", "busy_fraction")})

@@ -67,17 +67,12 @@ from benchmarks.lifecycle_procs import (
     ray_processes,
     wait_gpu_idle,
 )
+from benchmarks.workload import QUESTIONS
 from serve_app.config import load_serve_config
 
 #: Windows at the end of --windows-dir that single queries use (bursts use distinct ones from the front,
 #: so no two requests of a burst or of two bursts share a clip).
 QUERY_WINDOWS = 16
-#: The questions of the ``questionsN`` steps (the first N are asked of every window).
-QUESTIONS = (
-    "Is anyone in this scene in danger?",
-    "Describe any unusual activity in this clip.",
-    "How many vehicles move through the scene, and where do they go?",
-)
 
 
 class Lifecycle:

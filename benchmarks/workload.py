@@ -38,6 +38,13 @@ QUESTION = "Is anyone in this scene in danger? Answer with reasoning."
 SYSTEM_PROMPT = DEFAULT_SYSTEM_PROMPT
 WINDOW_S = 10.0
 OUTPUT_TOKENS = 256
+#: The questions asked of a window when several are (the first N of them): the lifecycle bench's
+#: ``questionsN``/``sustainN`` steps, ``benchmarks/fleet_gpu.sh`` and the engine profile's ``--questions``.
+QUESTIONS = (
+    "Is anyone in this scene in danger?",
+    "Describe any unusual activity in this clip.",
+    "How many vehicles move through the scene, and where do they go?",
+)
 
 #: Engine arguments every side shares: the dummy checkpoint in bf16. Anything
 #: else is vLLM's default on the plain sides and the Serve config's on ours.

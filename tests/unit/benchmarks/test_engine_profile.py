@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 
 import pytest
 
@@ -67,3 +68,88 @@ def test_arguments_that_would_waste_a_gpu_run_are_refused_before_the_engine_star
         main(argv)
     assert e.value.code == 2
     assert says in capsys.readouterr().err
+
+
+def test_a_clips_questions_share_its_id_and_salt_and_no_other_clip_does():
+    import numpy as np
+
+    from benchmarks.engine_profile import _prompts
+
+    frames = np.zeros((4, 56, 56, 3), np.uint8)
+    groups = _prompts([frames, frames], "frames", {}, ("Is anyone in danger?", "How many cars?"))
+    assert [len(g) for g in groups] == [2, 2]
+    for g in groups:
+        salts = {p["cache_salt"] for p in g}
+        assert len(salts) == 1
+        assert {p["multi_modal_uuids"]["video"][0] for p in g} == salts  # the salt is the clip's multimodal id
+        assert "Is anyone in danger?" in g[0]["prompt"] and "How many cars?" in g[1]["prompt"]
+    assert groups[0][0]["cache_salt"] != groups[1][0]["cache_salt"]  # the same frames, another clip
+    assert _prompts([frames], "frames", {})[0][0]["cache_salt"] != groups[0][0]["cache_salt"]  # nor another burst
+
+
+class _Out:
+    def __init__(self, tokens, prompt_len, metrics=None):
+        self.outputs = [type("C", (), {"token_ids": tokens})()]
+        self.prompt_token_ids = list(range(prompt_len))
+        self.metrics = metrics
+
+
+class _FakeEngine:
+    """AsyncLLM.generate stand-in: logs submissions and first tokens; ``silent`` requests end without one."""
+
+    def __init__(self, silent=()):
+        self.log: list[tuple[str, str]] = []
+        self.silent = set(silent)
+
+    async def generate(self, prompt, sampling, rid):
+        import asyncio
+
+        self.log.append(("submit", rid))
+        await asyncio.sleep(0.01)
+        m = type("M", (), {"queued_ts": 1.0, "scheduled_ts": 1.1, "first_token_ts": 1.5, "last_token_ts": 2.0})()
+        if rid in self.silent:
+            yield _Out([], len(prompt["prompt"]), m)
+            return
+        self.log.append(("first", rid))
+        yield _Out([1], len(prompt["prompt"]))
+        await asyncio.sleep(0.01)
+        yield _Out([2, 3], len(prompt["prompt"]), m)
+
+
+def _groups(n_clips, n_questions):
+    return [[{"prompt": f"q{q}" * (q + 1)} for q in range(n_questions)] for _ in range(n_clips)]
+
+
+def test_later_questions_are_submitted_at_the_first_ones_first_token():
+    import asyncio
+
+    from benchmarks.engine_profile import _burst
+
+    eng = _FakeEngine()
+    out = asyncio.run(_burst(eng, _groups(2, 3), None, "b"))
+    for clip in ("b-0", "b-1"):
+        first_token = eng.log.index(("first", clip))
+        later = [eng.log.index(("submit", f"{clip}-q{q}")) for q in (2, 3)]
+        assert all(i > first_token for i in later)
+    assert out["clips"] == 2 and out["questions_per_clip"] == 3
+    assert out["answers_per_s"] == pytest.approx(3 * out["clips_per_s"], rel=1e-3)
+    assert out["prompt_tokens"] == [len("q0")]  # the first questions' prompts only
+    assert out["engine_timeline"]["last_token_s"] == 1.0  # from the first questions' engine timestamps
+
+
+def test_a_first_question_that_ends_without_a_token_still_releases_the_others():
+    import asyncio
+
+    from benchmarks.engine_profile import _burst
+
+    eng = _FakeEngine(silent={"b-0"})
+    out = asyncio.run(_burst(eng, _groups(1, 2), None, "b"))
+    assert ("first", "b-0-q2") in eng.log
+    assert math.isnan(out["ttft_s"]["mean"])  # the first question's TTFT: none
+
+
+def test_more_questions_than_the_set_holds_are_refused(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--questions", "4", "--bursts", "cold"])
+    assert e.value.code == 2
+    assert "--questions" in capsys.readouterr().err
