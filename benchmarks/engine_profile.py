@@ -64,6 +64,26 @@ from benchmarks.workload import (
 logger = logging.getLogger(__name__)
 
 
+#: Kinds of GPU kernels by name (lower case; the first kind whose words one holds): FlashAttention's
+#: kernels, matrix products (cuBLAS's nvjet/xmma, CUTLASS: the linear layers, fp8's scaled_mm included),
+#: vLLM's top-k/top-p sampling kernel (``vllm/v1/sample/ops/topk_topp_triton.py``), other Triton kernels
+#: (Inductor's fused element-wise ops), and everything else (``copy``: memcpy/memset events).
+KERNEL_KINDS = (
+    ("attention", ("flash", "attn", "fmha")),
+    ("gemm", ("gemm", "nvjet", "xmma", "cutlass", "cublas", "matmul")),
+    ("sampler", ("topk_topp",)),
+    ("triton", ("triton",)),
+)
+
+
+def kernel_kind(name: str, category: str = "kernel") -> str:
+    """The kind of a GPU event (see :data:`KERNEL_KINDS`): ``copy`` for memcpy/memset, else ``other``."""
+    if category in ("gpu_memcpy", "gpu_memset"):
+        return "copy"
+    low = name.lower()
+    return next((kind for kind, words in KERNEL_KINDS if any(w in low for w in words)), "other")
+
+
 def kernel_summary(trace_path: Path, top: int = 25) -> dict[str, Any]:
     """GPU busy fraction and top kernels of one torch profiler trace (Chrome JSON, maybe gzipped).
 
@@ -73,7 +93,8 @@ def kernel_summary(trace_path: Path, top: int = 25) -> dict[str, Any]:
 
     Returns:
         ``window_ms`` (first kernel start → last kernel end), ``busy_ms`` (union of kernel
-        intervals), ``busy_fraction`` (busy / window), ``kernels`` (the ``top`` names, cut to
+        intervals), ``busy_fraction`` (busy / window), ``kinds_ms`` (kernel ms summed by
+        :func:`kernel_kind`, overlaps counted in each), ``kernels`` (the ``top`` names, cut to
         120 characters, by total ms, with calls); only ``kernels: []`` when the trace has no GPU events.
 
     Raises:
@@ -101,11 +122,16 @@ def kernel_summary(trace_path: Path, top: int = 25) -> dict[str, Any]:
         acc = by_name.setdefault(e["name"][:120], [0.0, 0])
         acc[0] += float(e["dur"])
         acc[1] += 1
+    kinds: dict[str, float] = {}
+    for e in kernels:
+        k = kernel_kind(e["name"], e["cat"])
+        kinds[k] = kinds.get(k, 0.0) + float(e["dur"])
     ranked = sorted(by_name.items(), key=lambda kv: -kv[1][0])[:top]
     return {
         "window_ms": round(window / 1000, 1),
         "busy_ms": round(busy / 1000, 1),
         "busy_fraction": round(busy / window, 3) if window else None,
+        "kinds_ms": {k: round(v / 1000, 3) for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])},
         "kernels": [{"name": n, "ms": round(v[0] / 1000, 1), "calls": int(v[1])} for n, v in ranked],
     }
 
@@ -348,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
                       for k, v in result["bursts"].items()}, indent=1))
     if "profile" in result:
         prof = result["profile"]
-        print("profile:", {k: prof.get(k) for k in ("window_ms", "busy_ms", "busy_fraction")})
+        print("profile:", {k: prof.get(k) for k in ("window_ms", "busy_ms", "busy_fraction", "kinds_ms")})
         for k in prof["kernels"][:12]:
             print(f"  {k['ms']:9.1f} ms {k['calls']:6d}  {k['name']}")
     return 0
