@@ -20,9 +20,11 @@ window's questions reach the replica's engine: one multimodal id and ``cache_sal
 clip's questions only, the later ones submitted at the first one's first token (the replica's
 prefill hold, ``serve_app/model/engines/prefill_gate.py``), so they read the clip from the prefix
 cache. ``--sampling greedy`` drops the model card's recipe (temperature 0: no top-p, no penalty),
-to tell the sampler's share of a decode step. With ``--profile-delay`` past the prefill (64 clips of
-8,149 tokens at 16,384 batched tokens a step: ~35 steps), the profiled steps are decode steps of
-64 × N sequences of ~8k context.
+to tell the sampler's share of a decode step. ``--encoder-cache-tokens`` sizes vLLM's encoder cache
+(:func:`serve_app.model.engines.vllm_startup.build_async_llm`); the later questions' prefill time
+(``later_prefill_s``, scheduled to first token) tells whether they ran the vision tower again. With
+``--profile-delay`` past the prefill (64 clips of 8,149 tokens at 16,384 batched tokens a step: ~35
+steps), the profiled steps are decode steps of 64 × N sequences of ~8k context.
 
 Per burst: clips/s and answers/s, TTFT p50/p95 (of the first questions), and from vLLM's per-request
 engine-core timestamps the time from the first arrival until the last clip was scheduled / got its
@@ -161,6 +163,7 @@ class _Tally:
 
     ttft: list[float] = dataclasses.field(default_factory=list)
     rows: list[dict[str, float]] = dataclasses.field(default_factory=list)
+    later_prefill_s: list[float] = dataclasses.field(default_factory=list)  # later questions: scheduled -> 1st token
     prompt_tokens: set[int] = dataclasses.field(default_factory=set)
     tokens: int = 0
     timed: int = 0  # requests that reported engine timestamps
@@ -191,6 +194,8 @@ async def _ask(llm: Any, prompt: dict[str, Any], sampling: Any, rid: str, tally:
         if started is not None:
             tally.rows.append({"queued": m.queued_ts, "scheduled": m.scheduled_ts, "first_token": m.first_token_ts,
                                "last_token": m.last_token_ts})
+        else:
+            tally.later_prefill_s.append(m.first_token_ts - m.scheduled_ts)
     if started is not None:
         tally.ttft.append(first if first is not None else float("nan"))
 
@@ -231,6 +236,9 @@ async def _burst(
         "ttft_s": summary(tally.ttft),
         "prompt_tokens": sorted(tally.prompt_tokens),
     }
+    if tally.later_prefill_s:
+        # read from the prefix cache: tens of ms; with the vision tower run again for the video's last block: more
+        out["later_prefill_s"] = summary(tally.later_prefill_s)
     if tally.timed == n_requests and len(tally.prompt_tokens) == 1:
         out["engine_timeline"] = _timeline(tally.rows, next(iter(tally.prompt_tokens)))
     logger.info("%s: %.2f clips/s (%.1f s)", tag, out["clips_per_s"], wall)
@@ -270,11 +278,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     from vllm import SamplingParams
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.sampling_params import RequestOutputKind
+    from vllm.usage.usage_lib import UsageContext
     from vllm.v1.engine.async_llm import AsyncLLM
 
     from serve_app.config import app_config_from_file
     from serve_app.decode.vision_patches import patchify
     from serve_app.model.engines.vllm_patches import accept_processed_video
+    from serve_app.model.engines.vllm_startup import build_async_llm
     from serve_app.model_facts import COSMOS_REPETITION_PENALTY, COSMOS_TEMPERATURE, COSMOS_TOP_P
 
     files = window_files(args)
@@ -299,7 +309,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
         kwargs["profiler_config"] = ProfilerConfig(**kwargs["profiler_config"])
     t0 = time.perf_counter()
-    llm = AsyncLLM.from_engine_args(AsyncEngineArgs(model=args.checkpoint, disable_log_stats=False, **kwargs))
+    llm = build_async_llm(AsyncEngineArgs(model=args.checkpoint, disable_log_stats=False, **kwargs), AsyncLLM,
+                          args.encoder_cache_tokens, UsageContext.ENGINE_CONTEXT)
     start_s = time.perf_counter() - t0
     recipe = {"temperature": 0.0} if args.sampling == "greedy" else {
         "temperature": COSMOS_TEMPERATURE, "top_p": COSMOS_TOP_P, "repetition_penalty": COSMOS_REPETITION_PENALTY}
@@ -325,6 +336,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "versions": versions(),
         "input": args.input,
         "engine_args": engine_args,
+        "encoder_cache_tokens": args.encoder_cache_tokens,
         "processor_kwargs": extra if args.input == "frames" else None,
         "questions": list(questions),
         "sampling": recipe,
@@ -356,6 +368,8 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"questions per clip (1-{len(QUESTIONS)}): the later ones at the first one's first token")
     p.add_argument("--sampling", choices=("recipe", "greedy"), default="recipe",
                    help="the model card's recipe (temperature 0.6, top_p 0.95, repetition_penalty 1.05) or greedy")
+    p.add_argument("--encoder-cache-tokens", type=int, default=None,
+                   help="vLLM's encoder cache size in multimodal tokens (default: vLLM's, max_num_batched_tokens)")
     p.add_argument("--windows-dir", default="/tmp/bench-windows")
     p.add_argument("--out", default="results/gpu/engine_profile.json")
     args = p.parse_args(argv)

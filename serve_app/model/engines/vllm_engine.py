@@ -31,7 +31,7 @@ from serve_app.model.engines.clip_fields import ClipFieldsCache
 from serve_app.model.engines.prefill_gate import PrefillGate
 from serve_app.model.engines.vllm_inputs import engine_prompt, handoff_pixels, sampling_params
 from serve_app.model.engines.vllm_patches import accept_processed_video, share_tokenizer_pools
-from serve_app.model.engines.vllm_startup import cache_state, compile_cache_env
+from serve_app.model.engines.vllm_startup import build_async_llm, cache_state, compile_cache_env
 from serve_app.model.engines.vllm_timings import TIMINGS_ENV, engine_ts, timings_row
 from serve_app.model.family import checkpoint_chat_template
 
@@ -94,6 +94,7 @@ class VLLMEngine(Engine):
         if forkserver:
             engine_process.start_server()  # imports vLLM there while this process imports it below
         from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.usage.usage_lib import UsageContext
         from vllm.v1.engine.async_llm import AsyncLLM
 
         from serve_app.model.engines import engine_watch
@@ -117,7 +118,7 @@ class VLLMEngine(Engine):
         self.random_weights = args.get("load_format") == "dummy" or (Path(model).is_dir() and has_random_weights(model))
         t0 = time.perf_counter()
         engine_args = AsyncEngineArgs(model=model, served_model_name=self.config.name, **args)
-        self.llm = AsyncLLM.from_engine_args(engine_args)
+        self.llm = build_async_llm(engine_args, AsyncLLM, self.config.encoder_cache_tokens, UsageContext.ENGINE_CONTEXT)
         if self.config.preprocess_threads > 0:
             self._pool = ThreadPoolExecutor(self.config.preprocess_threads, thread_name_prefix="mm-preprocess")
             self._tasks = await self.llm.get_supported_tasks()
