@@ -75,25 +75,32 @@ def stats_fit(log: Path, start: str, end: str) -> dict[str, Any]:
             "ratio_3_vs_1": round(one / three, 3), "rms_of_1_s": round(rms, 3)}
 
 
+def run_steps(folder: Path, skip: int = 0) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The closed loop's steps of one run folder (``lifecycle.json`` and the engine timings, the first ``skip``
+    rows left out): per step its figures and the first and later questions' stages; and the lifecycle result."""
+    life = json.loads((folder / "lifecycle.json").read_text())
+    rows = _rows(folder / "engine_timings.jsonl.gz")[skip:]
+    steps: dict[str, Any] = {}
+    start = 0
+    for i, s in enumerate(life["steps"]):
+        n = s["sent"] * s["questions_per_window"]
+        part = rows[start:] if i == len(life["steps"]) - 1 else rows[start:start + n]
+        start += n
+        first = [r for r in part if r["cached_tokens"] < 8000]
+        later = [r for r in part if r["cached_tokens"] >= 8000]
+        steps[s["step"]] = {
+            **{k: s[k] for k in ("windows_per_s_by_latency", "windows_per_s", "latency_mean_s", "latency_p50_s",
+                                 "latency_p95_s", "sent", "statuses", "ended_per_10s", "measured_s")},
+            "patchify_reused": sum(bool(r.get("patchify_reused")) for r in part),
+            "timings_first": _stages(first), "timings_later": _stages(later) if later else None,
+        }
+    return steps, life
+
+
 def main() -> None:
     summary: dict[str, Any] = {}
     for name, (folder, skip) in RUNS.items():
-        life = json.loads((HERE / folder / "lifecycle.json").read_text())
-        rows = _rows(HERE / folder / "engine_timings.jsonl.gz")[skip:]
-        steps: dict[str, Any] = {}
-        start = 0
-        for i, s in enumerate(life["steps"]):
-            n = s["sent"] * s["questions_per_window"]
-            part = rows[start:] if i == len(life["steps"]) - 1 else rows[start:start + n]
-            start += n
-            first = [r for r in part if r["cached_tokens"] < 8000]
-            later = [r for r in part if r["cached_tokens"] >= 8000]
-            steps[s["step"]] = {
-                **{k: s[k] for k in ("windows_per_s_by_latency", "windows_per_s", "latency_mean_s", "latency_p50_s",
-                                     "latency_p95_s", "sent", "statuses", "ended_per_10s", "measured_s")},
-                "patchify_reused": sum(bool(r.get("patchify_reused")) for r in part),
-                "timings_first": _stages(first), "timings_later": _stages(later) if later else None,
-            }
+        steps, life = run_steps(HERE / folder, skip)
         r1 = steps["sustain1"]["windows_per_s_by_latency"]
         r3 = steps["sustain3"]["windows_per_s_by_latency"]
         c1, c3 = steps["sustain1"]["windows_per_s"], steps["sustain3"]["windows_per_s"]

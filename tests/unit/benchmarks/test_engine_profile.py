@@ -151,6 +151,9 @@ def test_later_questions_are_submitted_at_the_first_ones_first_token():
     assert out["answers_per_s"] == pytest.approx(3 * out["clips_per_s"], rel=1e-3)
     assert out["prompt_tokens"] == [len("q0")]  # the first questions' prompts only
     assert out["engine_timeline"]["last_token_s"] == 1.0  # from the first questions' engine timestamps
+    # the later questions' own prefill (scheduled 1.1 s -> first token 1.5 s), from their engine timestamps
+    assert out["later_prefill_s"]["p50"] == pytest.approx(0.4)
+    assert "later_prefill_s" not in asyncio.run(_burst(_FakeEngine(), _groups(2, 1), None, "c"))
 
 
 def test_a_first_question_that_ends_without_a_token_still_releases_the_others():
