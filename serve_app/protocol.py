@@ -321,8 +321,9 @@ class ClipQuestion:
         clip_id: the clip's identity shared by the questions asked about the same clip (the
             questions of one stream window): made by the server per clip (a random hex string),
             never from anything a client sends, never shared across clips; the engine keys its
-            multimodal caches by it, so the later questions reuse the first one's vision encoding
-            and prompt prefix. None: the clip is this question's alone.
+            multimodal caches by it, so the later questions reuse the first one's prompt prefix and,
+            while vLLM's encoder cache holds it (``model.encoder_cache_tokens``), its vision encoding.
+            None: the clip is this question's alone.
     """
 
     request_id: str

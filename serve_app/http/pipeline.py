@@ -147,7 +147,7 @@ async def ask_again(model: Any, run: ClipRun, question: ClipQuestion) -> ClipRun
     """Asks ``question`` about the clip ``run`` decoded (no second decode), under ``run``'s deadline.
 
     ``question.clip_id`` should be the one ``run``'s question carried, so the engine reuses the clip's
-    vision encoding and prompt prefix.
+    prompt prefix and vision encoding (see :class:`serve_app.protocol.ClipQuestion`).
 
     Raises:
         ServeAppError, BackPressureError, …: as :func:`start_run` (the call is cancelled on any failure).

@@ -74,7 +74,7 @@ class QueryRequest(ClipQueryFields):
         min_length=1,
         description="JSON only, instead of question: several questions about the same clip (at most "
         "limits.max_questions), answered in one response (answers); the clip is decoded once and its "
-        "vision encoding shared. Not with stream.",
+        "prompt prefix and vision encoding reused by the later questions. Not with stream.",
     )
     video_path: str | None = Field(None, description="JSON only: a file under an allowed root.")
     video_url: str | None = Field(
