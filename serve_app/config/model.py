@@ -217,8 +217,8 @@ class ModelConfig(_Model):
         "last full 16-token block before their question (the reference 10-s window: all but the last 3 of its "
         "8,100 video tokens), so vLLM runs the vision tower again for them unless the first question's output "
         "is still in this cache; a busy engine overwrites a cache of max_num_batched_tokens (two windows) "
-        "within a step. Each token costs hidden_size x 2 bytes of GPU memory outside the KV cache's share (7 KiB for Cosmos-Reason1-7B: "
-        "131,072 tokens, 16 windows, ~0.9 GiB).",
+        "within a step. Each token costs hidden_size x 2 bytes of GPU memory outside the KV cache's share "
+        "(7 KiB for Cosmos-Reason1-7B: 131,072 tokens, 16 windows, ~0.9 GiB).",
     )
     stream_interval_ms: float = Field(
         50.0,
