@@ -13,7 +13,12 @@ and patchified (``vision_input: patches``) or as frames for the HF processor
   delivers a burst to the replica;
 * ``profiled``: all at once under vLLM's torch profiler for ``--profile-iters`` engine steps
   after ``--profile-delay`` steps: the GPU kernels by self CUDA time and the GPU's busy
-  fraction over that window (union of kernel intervals / wall time).
+  fraction over that window (union of kernel intervals / wall time);
+* ``sustained``: the closed loop of the graph's ``sustainN`` steps on the engine alone
+  (:func:`benchmarks.window_load.closed_loop`): ``--inflight`` clips kept in flight for ``--sustain-s``
+  seconds, a new one as each ends (the clips used again in turn, each time under a new id), the rate
+  read after ``--sustain-warmup-s``, the first sends spread over ``--sustain-stagger-s``; no ramp or drain
+  in the figure, and a sweep of ``--inflight`` tells where the engine saturates.
 
 ``--questions N`` asks every clip the first N of :data:`benchmarks.workload.QUESTIONS`, as a
 window's questions reach the replica's engine: one multimodal id and ``cache_salt`` shared by the
@@ -41,7 +46,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import functools
 import gzip
+import itertools
 import json
 import logging
 import shutil
@@ -52,6 +59,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.gpu_probe import versions
+from benchmarks.window_load import WindowOutcome, closed_loop
 from benchmarks.workload import (
     BASE_ENGINE_ARGS,
     OUTPUT_TOKENS,
@@ -170,12 +178,13 @@ class _Tally:
 
 
 async def _ask(llm: Any, prompt: dict[str, Any], sampling: Any, rid: str, tally: _Tally,
-               started: asyncio.Event | None) -> None:
-    """One engine request to its end. ``started`` is given for a clip's first question only: it is set at
-    the first token, or when the request ends without one."""
+               started: asyncio.Event | None) -> int:
+    """One engine request to its end; returns its output tokens. ``started`` is given for a clip's first
+    question only: it is set at the first token, or when the request ends without one."""
     t_sent = time.perf_counter()
     first = None
     m: Any = None
+    tokens = 0
     try:
         async for out in llm.generate(prompt, sampling, rid):
             if started is not None and out.prompt_token_ids is not None:
@@ -184,7 +193,7 @@ async def _ask(llm: Any, prompt: dict[str, Any], sampling: Any, rid: str, tally:
                 first = time.perf_counter() - t_sent
                 if started is not None:
                     started.set()
-            tally.tokens += len(out.outputs[0].token_ids)
+            tokens += len(out.outputs[0].token_ids)
             m = out.metrics
     finally:
         if started is not None:
@@ -198,6 +207,18 @@ async def _ask(llm: Any, prompt: dict[str, Any], sampling: Any, rid: str, tally:
             tally.later_prefill_s.append(m.first_token_ts - m.scheduled_ts)
     if started is not None:
         tally.ttft.append(first if first is not None else float("nan"))
+    tally.tokens += tokens
+    return tokens
+
+
+async def _window(llm: Any, group: list[dict[str, Any]], sampling: Any, rid: str, tally: _Tally) -> int:
+    """One clip's questions (its group of prompts, :func:`_prompts`): the first submitted now, the others once it
+    has its first token or has ended without one (the replica's prefill hold). Returns the output tokens."""
+    started = asyncio.Event()
+    head = asyncio.create_task(_ask(llm, group[0], sampling, rid, tally, started))
+    await started.wait()
+    later = (_ask(llm, p, sampling, f"{rid}-q{q}", tally, None) for q, p in enumerate(group[1:], 2))
+    return sum(await asyncio.gather(head, *later))
 
 
 async def _burst(
@@ -217,11 +238,7 @@ async def _burst(
     async def one(i: int, group: list[dict[str, Any]]) -> None:
         if stagger_s:
             await asyncio.sleep(stagger_s * i / max(len(groups) - 1, 1))
-        started = asyncio.Event()
-        head = asyncio.create_task(_ask(llm, group[0], sampling, f"{tag}-{i}", tally, started))
-        await started.wait()
-        later = (_ask(llm, p, sampling, f"{tag}-{i}-q{q}", tally, None) for q, p in enumerate(group[1:], 2))
-        await asyncio.gather(head, *later)
+        await _window(llm, group, sampling, f"{tag}-{i}", tally)
 
     await asyncio.gather(*(one(i, g) for i, g in enumerate(groups)))
     wall = time.perf_counter() - t0
@@ -236,13 +253,38 @@ async def _burst(
         "ttft_s": summary(tally.ttft),
         "prompt_tokens": sorted(tally.prompt_tokens),
     }
-    if tally.later_prefill_s:
-        # read from the prefix cache: tens of ms; with the vision tower run again for the video's last block: more
-        out["later_prefill_s"] = summary(tally.later_prefill_s)
+    out.update(_later(tally))
     if tally.timed == n_requests and len(tally.prompt_tokens) == 1:
         out["engine_timeline"] = _timeline(tally.rows, next(iter(tally.prompt_tokens)))
     logger.info("%s: %.2f clips/s (%.1f s)", tag, out["clips_per_s"], wall)
     return out
+
+
+def _later(tally: _Tally) -> dict[str, Any]:
+    """``later_prefill_s``: the later questions' prefill (scheduled to first token; read from the prefix cache:
+    tens of ms, more when vLLM runs the vision tower again for the video's last block), if there were any."""
+    return {"later_prefill_s": summary(tally.later_prefill_s)} if tally.later_prefill_s else {}
+
+
+async def _sustained(llm: Any, clips: list[Any], make_groups: Any, sampling: Any, args: argparse.Namespace
+                     ) -> dict[str, Any]:
+    """The closed loop of :func:`benchmarks.window_load.closed_loop` on the engine: ``args.inflight`` clips in
+    flight for ``args.sustain_s`` s, the rate read after ``args.sustain_warmup_s`` s, the first sends spread over
+    ``args.sustain_stagger_s`` s. The clips are used again in turn, each time as a new clip (``make_groups`` gives
+    it a fresh multimodal id and cache salt), so nothing is served from a cache but a window's own questions."""
+    tally = _Tally()
+    n_questions = len(make_groups(clips[:1])[0])
+    items = ((i, make_groups([clips[i % len(clips)]])[0]) for i in itertools.count())
+
+    async def ask(item: tuple[int, list[dict[str, Any]]], t0: float) -> WindowOutcome:
+        sent_s = time.perf_counter() - t0
+        tokens = await _window(llm, item[1], sampling, f"sustained-{item[0]}", tally)
+        return WindowOutcome(200, tokens, sent_s, time.perf_counter() - t0)
+
+    res = await closed_loop(ask, items, n_questions, args.inflight, args.sustain_s, args.sustain_warmup_s,
+                            args.sustain_stagger_s)
+    logger.info("sustained: %.3f windows/s (%.3f by latency)", res["windows_per_s"], res["windows_per_s_by_latency"])
+    return {**res, "clips_per_s": res["windows_per_s_by_latency"], "ttft_s": summary(tally.ttft), **_later(tally)}
 
 
 def _prompts(
@@ -320,16 +362,19 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     extra = dict(model_cfg.processor_kwargs)
     bursts: dict[str, Any] = {}
     await _burst(llm, _prompts(clips[:1], args.input, extra), sampling, "warmup")
+    make_groups = functools.partial(_prompts, mode=args.input, extra_processor_kwargs=extra, questions=questions)
     for name in args.bursts:
         await llm.reset_prefix_cache()
         await llm.reset_mm_cache()
-        prompts = _prompts(clips[1:], args.input, extra, questions)
-        if name == "profiled":
+        if name == "sustained":
+            bursts[name] = await _sustained(llm, clips[1:], make_groups, sampling, args)
+        elif name == "profiled":
             await llm.start_profile()
-            bursts[name] = await _burst(llm, prompts, sampling, name)
+            bursts[name] = await _burst(llm, make_groups(clips[1:]), sampling, name)
             await llm.stop_profile()
         else:
-            bursts[name] = await _burst(llm, prompts, sampling, name, args.stagger_s if name == "staggered" else 0.0)
+            stagger_s = args.stagger_s if name == "staggered" else 0.0
+            bursts[name] = await _burst(llm, make_groups(clips[1:]), sampling, name, stagger_s)
     llm.shutdown()
     result: dict[str, Any] = {
         "command": "python -m benchmarks.engine_profile " + " ".join(args.argv),
@@ -360,7 +405,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--input", choices=("patches", "frames"), default="patches")
     p.add_argument("--inflight", type=int, default=64)
     p.add_argument("--bursts", nargs="+", default=["cold", "warm", "staggered", "profiled"],
-                   choices=("cold", "warm", "staggered", "profiled"))
+                   choices=("cold", "warm", "staggered", "profiled", "sustained"))
+    p.add_argument("--sustain-s", type=float, default=110.0, help="the sustained loop's sending time (s)")
+    p.add_argument("--sustain-warmup-s", type=float, default=45.0, help="the sustained loop's uncounted start (s)")
+    p.add_argument("--sustain-stagger-s", type=float, default=30.0, help="the sustained loop's first sends' spread (s)")
     p.add_argument("--stagger-s", type=float, default=9.0, help="arrival spread of the staggered burst (s)")
     p.add_argument("--profile-delay", type=int, default=20, help="engine steps before profiling starts")
     p.add_argument("--profile-iters", type=int, default=20, help="engine steps profiled (0: no profiler)")
@@ -377,6 +425,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error("the profiled burst needs --profile-iters >= 1 (or leave it out of --bursts)")
     if args.inflight < 1 or args.profile_delay < 0:
         p.error("--inflight must be >= 1 and --profile-delay >= 0")
+    if "sustained" in args.bursts and not 0 <= args.sustain_warmup_s < args.sustain_s:
+        p.error("the sustained loop needs 0 <= --sustain-warmup-s < --sustain-s (no rate is read otherwise)")
     args.argv = list(argv if argv is not None else sys.argv[1:])
     args.single, args.window_count = 0, None
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")

@@ -19,9 +19,10 @@ import asyncio
 import math
 import time
 from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
@@ -29,6 +30,8 @@ from loadtest import statistics as stats
 
 #: Output tokens of every answer (``ignore_eos``): the issue's 256.
 MAX_TOKENS = 256
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -136,13 +139,33 @@ async def burst(url: str, files: list[Path], questions: list[str]) -> dict[str, 
 
 async def sustain(url: str, files: list[Path], questions: list[str], concurrency: int, duration_s: float,
                   warmup_s: float, stagger_s: float = 0.0) -> dict[str, Any]:
-    """The closed loop: ``concurrency`` windows in flight, each next one from ``files`` (in order, none twice)
-    sent as soon as one ends, for ``duration_s`` seconds; then the windows in flight are waited for (not
-    counted). Sending also stops when ``files`` runs out (``ran_out_of_windows``; the interval then ends there).
+    """The closed loop (:func:`closed_loop`) over the window files ``files`` (in order, none twice), each asked
+    ``questions`` in one ``/v1/video/query`` request (:func:`ask_window`).
+
+    Raises:
+        ValueError: as :func:`closed_loop`.
+    """
+    async with httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=max(concurrency, 1))) as client:
+        return await closed_loop(lambda path, t0: ask_window(client, url, path, questions, t0), files,
+                                 len(questions), concurrency, duration_s, warmup_s, stagger_s)
+
+
+async def closed_loop(ask: Callable[[T, float], Awaitable[WindowOutcome]], items: Iterable[T], n_questions: int,
+                      concurrency: int, duration_s: float, warmup_s: float, stagger_s: float = 0.0) -> dict[str, Any]:
+    """``concurrency`` windows in flight, each next one from ``items`` (in order, none twice) sent as soon as one
+    ends, for ``duration_s`` seconds; then the windows in flight are waited for (not counted). Sending also stops
+    when ``items`` runs out (``ran_out_of_windows``; the interval then ends there).
+
+    Args:
+        ask: sends one window and returns its outcome, times in seconds after its second argument (the loop's
+            ``time.perf_counter()`` start); an HTTP request (:func:`sustain`) or engine requests
+            (``benchmarks.engine_profile``).
+        items: what ``ask`` takes, one per window.
+        n_questions: questions per window (for answers/s).
 
     Returns:
-        :func:`sustained_figures` plus ``windows_used`` (files sent) and ``drain_s`` (seconds waited after
-        sending stopped).
+        :func:`sustained_figures` plus ``stagger_s``, ``windows_used`` (windows sent) and ``drain_s`` (seconds
+        waited after sending stopped).
 
     ``stagger_s`` > 0 spreads the first ``concurrency`` sends evenly over that many seconds (slot i waits
     i · ``stagger_s`` / ``concurrency``), as cameras' windows are spread: all sent at once, the windows are
@@ -158,23 +181,22 @@ async def sustain(url: str, files: list[Path], questions: list[str], concurrency
     if stagger_s < 0:
         raise ValueError(f"stagger_s must be >= 0 (got {stagger_s})")
     outcomes: list[WindowOutcome] = []
-    queue = iter(files)
-    stopped_s: list[float] = []  # when the first worker found no time or no file left
+    queue = iter(items)
+    stopped_s: list[float] = []  # when the first worker found no time or no item left
     t0 = time.perf_counter()
 
-    async def worker(client: httpx.AsyncClient, slot: int) -> None:
+    async def worker(slot: int) -> None:
         await asyncio.sleep(slot * stagger_s / concurrency)
         while True:
             now_s = time.perf_counter() - t0
-            path = next(queue, None) if now_s < duration_s else None
-            if path is None:
+            item = next(queue, None) if now_s < duration_s else None
+            if item is None:
                 stopped_s.append(now_s)
                 return
-            outcomes.append(await ask_window(client, url, path, questions, t0))
+            outcomes.append(await ask(item, t0))
 
-    async with httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=concurrency)) as client:
-        await asyncio.gather(*(worker(client, slot) for slot in range(concurrency)))
-    end_s = min(min(stopped_s), duration_s)  # before duration_s only when the files ran out
-    res = sustained_figures(outcomes, len(questions), warmup_s, end_s, concurrency, end_s < duration_s)
+    await asyncio.gather(*(worker(slot) for slot in range(concurrency)))
+    end_s = min(min(stopped_s), duration_s)  # before duration_s only when the items ran out
+    res = sustained_figures(outcomes, n_questions, warmup_s, end_s, concurrency, end_s < duration_s)
     return {**res, "stagger_s": stagger_s, "windows_used": len(outcomes),
             "drain_s": round(time.perf_counter() - t0 - end_s, 2)}

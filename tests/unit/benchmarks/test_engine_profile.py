@@ -78,6 +78,8 @@ def test_timeline_counts_from_the_first_arrival():
     (["--profile-iters", "0"], "--profile-iters >= 1"),  # the default bursts include `profiled`
     (["--bursts", "cold", "profiled", "--profile-iters", "0"], "--profile-iters >= 1"),
     (["--inflight", "0", "--bursts", "cold"], "--inflight must be >= 1"),
+    (["--bursts", "sustained", "--sustain-s", "40", "--sustain-warmup-s", "45"], "--sustain-warmup-s < --sustain-s"),
+    (["--bursts", "sustained", "--sustain-warmup-s", "-1"], "0 <= --sustain-warmup-s"),
 ])
 def test_arguments_that_would_waste_a_gpu_run_are_refused_before_the_engine_starts(argv, says, capsys):
     with pytest.raises(SystemExit) as e:
@@ -172,3 +174,43 @@ def test_more_questions_than_the_set_holds_are_refused(capsys):
         main(["--questions", "4", "--bursts", "cold"])
     assert e.value.code == 2
     assert "--questions" in capsys.readouterr().err
+
+
+def test_the_sustained_loop_keeps_the_clips_in_flight_each_time_as_a_new_clip():
+    import argparse
+    import asyncio
+    import itertools
+
+    from benchmarks.engine_profile import _sustained
+
+    made = itertools.count()
+
+    def make_groups(clips):  # as _prompts: one group per clip, a fresh id for every call
+        return [[{"prompt": f"q{q}" * (q + 1), "id": (c, next(made))} for q in range(3)] for c in clips]
+
+    class _Recording(_FakeEngine):
+        def __init__(self):
+            super().__init__()
+            self.prompts = []
+
+        async def generate(self, prompt, sampling, rid):
+            self.prompts.append(prompt)
+            async for out in super().generate(prompt, sampling, rid):
+                yield out
+
+    eng = _Recording()
+    args = argparse.Namespace(inflight=2, sustain_s=0.4, sustain_warmup_s=0.1, sustain_stagger_s=0.0)
+    out = asyncio.run(_sustained(eng, ["clip-a", "clip-b", "clip-c"], make_groups, None, args))
+    windows = out["windows_used"]
+    assert windows > 2 * 3  # the 3 clips were used again, more than once each
+    assert out["questions_per_window"] == 3 and out["concurrency"] == 2
+    assert out["counted"] > 0 and out["windows_per_s"] > 0
+    heads = [p for p in eng.prompts if p["prompt"] == "q0"]
+    assert len(heads) == windows
+    assert len({p["id"] for p in heads}) == windows  # every window a new clip identity
+    assert {p["id"][0] for p in heads} == {"clip-a", "clip-b", "clip-c"}  # the clips taken in turn
+    for i in range(windows):  # each window's later questions went at its first one's first token
+        first_token = eng.log.index(("first", f"sustained-{i}"))
+        assert all(eng.log.index(("submit", f"sustained-{i}-q{q}")) > first_token for q in (2, 3))
+    assert out["later_prefill_s"]["p50"] == pytest.approx(0.4)
+    assert out["clips_per_s"] == out["windows_per_s_by_latency"]
