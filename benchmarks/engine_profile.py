@@ -266,14 +266,13 @@ def _later(tally: _Tally) -> dict[str, Any]:
     return {"later_prefill_s": summary(tally.later_prefill_s)} if tally.later_prefill_s else {}
 
 
-async def _sustained(llm: Any, clips: list[Any], make_groups: Any, sampling: Any, args: argparse.Namespace
-                     ) -> dict[str, Any]:
+async def _sustained(llm: Any, clips: list[Any], make_groups: Any, n_questions: int, sampling: Any,
+                     args: argparse.Namespace) -> dict[str, Any]:
     """The closed loop of :func:`benchmarks.window_load.closed_loop` on the engine: ``args.inflight`` clips in
     flight for ``args.sustain_s`` s, the rate read after ``args.sustain_warmup_s`` s, the first sends spread over
     ``args.sustain_stagger_s`` s. The clips are used again in turn, each time as a new clip (``make_groups`` gives
     it a fresh multimodal id and cache salt), so nothing is served from a cache but a window's own questions."""
     tally = _Tally()
-    n_questions = len(make_groups(clips[:1])[0])
     items = ((i, make_groups([clips[i % len(clips)]])[0]) for i in itertools.count())
 
     async def ask(item: tuple[int, list[dict[str, Any]]], t0: float) -> WindowOutcome:
@@ -367,7 +366,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         await llm.reset_prefix_cache()
         await llm.reset_mm_cache()
         if name == "sustained":
-            bursts[name] = await _sustained(llm, clips[1:], make_groups, sampling, args)
+            bursts[name] = await _sustained(llm, clips[1:], make_groups, len(questions), sampling, args)
         elif name == "profiled":
             await llm.start_profile()
             bursts[name] = await _burst(llm, make_groups(clips[1:]), sampling, name)

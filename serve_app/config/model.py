@@ -211,6 +211,7 @@ class ModelConfig(_Model):
     encoder_cache_tokens: int | None = Field(
         None,
         ge=1,
+        le=1_048_576,
         description="`vllm` engine: vLLM's encoder cache (vision-tower outputs kept on the GPU for reuse by "
         "multimodal id), in video tokens; null keeps vLLM 0.24's size, max_num_batched_tokens, which it takes "
         "no engine argument for. A clip's later questions find its video in the prefix cache only up to the "
@@ -218,7 +219,8 @@ class ModelConfig(_Model):
         "8,100 video tokens), so vLLM runs the vision tower again for them unless the first question's output "
         "is still in this cache; a busy engine overwrites a cache of max_num_batched_tokens (two windows) "
         "within a step. Each token costs hidden_size x 2 bytes of GPU memory outside the KV cache's share "
-        "(7 KiB for Cosmos-Reason1-7B: 131,072 tokens, 16 windows, ~0.9 GiB).",
+        "(7 KiB for Cosmos-Reason1-7B: 131,072 tokens, 16 windows, ~0.9 GiB). At most 1,048,576 (128 windows, ~7 GiB): "
+        "at gpu_memory_utilization 0.90 an 80-GB GPU has ~8 GB outside vLLM's share.",
     )
     stream_interval_ms: float = Field(
         50.0,

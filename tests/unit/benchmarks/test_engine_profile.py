@@ -200,7 +200,7 @@ def test_the_sustained_loop_keeps_the_clips_in_flight_each_time_as_a_new_clip():
 
     eng = _Recording()
     args = argparse.Namespace(inflight=2, sustain_s=1.0, sustain_warmup_s=0.2, sustain_stagger_s=0.0)
-    out = asyncio.run(_sustained(eng, ["clip-a", "clip-b", "clip-c"], make_groups, None, args))
+    out = asyncio.run(_sustained(eng, ["clip-a", "clip-b", "clip-c"], make_groups, 3, None, args))
     windows = out["windows_used"]
     assert windows > 2 * 3  # the 3 clips were used again, more than once each (~0.03 s a window, 1 s of sending)
     assert out["questions_per_window"] == 3 and out["concurrency"] == 2

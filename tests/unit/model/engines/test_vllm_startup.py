@@ -62,9 +62,12 @@ def test_a_size_below_vllms_own_does_not_shrink_the_cache():
     assert config.scheduler_config.encoder_cache_size == 16384
 
 
-@pytest.mark.parametrize("bad", [0, -8])
-def test_the_config_refuses_an_empty_encoder_cache(bad):
-    with pytest.raises(ValidationError, match="encoder_cache_tokens"):
+@pytest.mark.parametrize(("bad", "says"), [(0, "greater than or equal to 1"), (-8, "greater than or equal to 1"),
+                                           (1_048_577, "less than or equal to 1048576")])
+def test_the_config_refuses_an_encoder_cache_out_of_range_saying_the_limit(bad, says):
+    with pytest.raises(ValidationError, match="encoder_cache_tokens") as e:
         ModelConfig(encoder_cache_tokens=bad)
+    assert says in str(e.value)
+    assert ModelConfig(encoder_cache_tokens=1_048_576).encoder_cache_tokens == 1_048_576
     assert ModelConfig(encoder_cache_tokens=131072).encoder_cache_tokens == 131072
     assert ModelConfig().encoder_cache_tokens is None
