@@ -18,7 +18,8 @@ and patchified (``vision_input: patches``) or as frames for the HF processor
   (:func:`benchmarks.window_load.closed_loop`): ``--inflight`` clips kept in flight for ``--sustain-s``
   seconds, a new one as each ends (the clips used again in turn, each time under a new id), the rate
   read after ``--sustain-warmup-s``, the first sends spread over ``--sustain-stagger-s``; no ramp or drain
-  in the figure, and a sweep of ``--inflight`` tells where the engine saturates.
+  in the figure, and a sweep of ``--inflight`` tells where the engine saturates. ``--sustain-points``
+  runs that sweep on one engine, point after point (``1x64,3x64,3x128``: questions × clips in flight).
 
 ``--questions N`` asks every clip the first N of :data:`benchmarks.workload.QUESTIONS`, as a
 window's questions reach the replica's engine: one multimodal id and ``cache_salt`` shared by the
@@ -47,7 +48,6 @@ import argparse
 import asyncio
 import dataclasses
 import functools
-import gzip
 import itertools
 import json
 import logging
@@ -59,6 +59,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.gpu_probe import versions
+from benchmarks.torch_trace import kernel_summary
 from benchmarks.window_load import WindowOutcome, closed_loop
 from benchmarks.workload import (
     BASE_ENGINE_ARGS,
@@ -72,78 +73,6 @@ from benchmarks.workload import (
 )
 
 logger = logging.getLogger(__name__)
-
-
-#: Kinds of GPU kernels by name (lower case; the first kind whose words one holds): FlashAttention's
-#: kernels, matrix products (cuBLAS's nvjet/xmma, CUTLASS: the linear layers, fp8's scaled_mm included),
-#: vLLM's top-k/top-p sampling kernel (``vllm/v1/sample/ops/topk_topp_triton.py``), other Triton kernels
-#: (Inductor's fused element-wise ops), and everything else (``copy``: memcpy/memset events).
-KERNEL_KINDS = (
-    ("attention", ("flash", "attn", "fmha")),
-    ("gemm", ("gemm", "nvjet", "xmma", "cutlass", "cublas", "matmul")),
-    ("sampler", ("topk_topp",)),
-    ("triton", ("triton",)),
-)
-
-
-def kernel_kind(name: str, category: str = "kernel") -> str:
-    """The kind of a GPU event (see :data:`KERNEL_KINDS`): ``copy`` for memcpy/memset, else ``other``."""
-    if category in ("gpu_memcpy", "gpu_memset"):
-        return "copy"
-    low = name.lower()
-    return next((kind for kind, words in KERNEL_KINDS if any(w in low for w in words)), "other")
-
-
-def kernel_summary(trace_path: Path, top: int = 25) -> dict[str, Any]:
-    """GPU busy fraction and top kernels of one torch profiler trace (Chrome JSON, maybe gzipped).
-
-    GPU events are those of category ``kernel``, ``gpu_memcpy`` or ``gpu_memset`` with a
-    duration (the trace's ``ts``/``dur`` are microseconds); host events are ignored. All GPU
-    streams are merged, so overlapping kernels count once in ``busy_ms``.
-
-    Returns:
-        ``window_ms`` (first kernel start → last kernel end), ``busy_ms`` (union of kernel
-        intervals), ``busy_fraction`` (busy / window), ``kinds_ms`` (kernel ms summed by
-        :func:`kernel_kind`, overlaps counted in each), ``kernels`` (the ``top`` names, cut to
-        120 characters, by total ms, with calls); only ``kernels: []`` when the trace has no GPU events.
-
-    Raises:
-        OSError, json.JSONDecodeError: the file cannot be read or is not JSON.
-        KeyError: the JSON has no ``traceEvents`` (not a Chrome trace).
-    """
-    opener = gzip.open if trace_path.suffix == ".gz" else open
-    with opener(trace_path, "rt") as f:
-        events = json.load(f)["traceEvents"]
-    kernels = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "dur" in e]
-    if not kernels:
-        return {"kernels": []}
-    spans = sorted((float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in kernels)
-    busy, cur_s, cur_e = 0.0, spans[0][0], spans[0][1]
-    for s, e in spans[1:]:
-        if s > cur_e:
-            busy += cur_e - cur_s
-            cur_s, cur_e = s, e
-        else:
-            cur_e = max(cur_e, e)
-    busy += cur_e - cur_s
-    window = spans[-1][1] - spans[0][0]
-    by_name: dict[str, list[float]] = {}
-    for e in kernels:
-        acc = by_name.setdefault(e["name"][:120], [0.0, 0])
-        acc[0] += float(e["dur"])
-        acc[1] += 1
-    kinds: dict[str, float] = {}
-    for e in kernels:
-        k = kernel_kind(e["name"], e["cat"])
-        kinds[k] = kinds.get(k, 0.0) + float(e["dur"])
-    ranked = sorted(by_name.items(), key=lambda kv: -kv[1][0])[:top]
-    return {
-        "window_ms": round(window / 1000, 1),
-        "busy_ms": round(busy / 1000, 1),
-        "busy_fraction": round(busy / window, 3) if window else None,
-        "kinds_ms": {k: round(v / 1000, 3) for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])},
-        "kernels": [{"name": n, "ms": round(v[0] / 1000, 1), "calls": int(v[1])} for n, v in ranked],
-    }
 
 
 def _timeline(rows: list[dict[str, float]], prompt_tokens: int) -> dict[str, Any]:
@@ -267,23 +196,55 @@ def _later(tally: _Tally) -> dict[str, Any]:
 
 
 async def _sustained(llm: Any, clips: list[Any], make_groups: Any, n_questions: int, sampling: Any,
-                     args: argparse.Namespace) -> dict[str, Any]:
-    """The closed loop of :func:`benchmarks.window_load.closed_loop` on the engine: ``args.inflight`` clips in
+                     args: argparse.Namespace, inflight: int, tag: str = "sustained") -> dict[str, Any]:
+    """The closed loop of :func:`benchmarks.window_load.closed_loop` on the engine: ``inflight`` clips in
     flight for ``args.sustain_s`` s, the rate read after ``args.sustain_warmup_s`` s, the first sends spread over
     ``args.sustain_stagger_s`` s. The clips are used again in turn, each time as a new clip (``make_groups`` gives
-    it a fresh multimodal id and cache salt), so nothing is served from a cache but a window's own questions."""
+    it a fresh multimodal id and cache salt), so nothing is served from a cache but a window's own questions.
+    Request ids are ``{tag}-{i}`` (``-q2``, ``-q3`` for the later questions)."""
     tally = _Tally()
     items = ((i, make_groups([clips[i % len(clips)]])[0]) for i in itertools.count())
 
     async def ask(item: tuple[int, list[dict[str, Any]]], t0: float) -> WindowOutcome:
         sent_s = time.perf_counter() - t0
-        tokens = await _window(llm, item[1], sampling, f"sustained-{item[0]}", tally)
+        tokens = await _window(llm, item[1], sampling, f"{tag}-{item[0]}", tally)
         return WindowOutcome(200, tokens, sent_s, time.perf_counter() - t0)
 
-    res = await closed_loop(ask, items, n_questions, args.inflight, args.sustain_s, args.sustain_warmup_s,
+    res = await closed_loop(ask, items, n_questions, inflight, args.sustain_s, args.sustain_warmup_s,
                             args.sustain_stagger_s)
-    logger.info("sustained: %.3f windows/s (%.3f by latency)", res["windows_per_s"], res["windows_per_s_by_latency"])
+    logger.info("%s: %.3f windows/s (%.3f by latency)", tag, res["windows_per_s"], res["windows_per_s_by_latency"])
     return {**res, "clips_per_s": res["windows_per_s_by_latency"], "ttft_s": summary(tally.ttft), **_later(tally)}
+
+
+def sustain_points(text: str) -> list[tuple[int, int]]:
+    """``--sustain-points``: ``QxN[,QxN...]``, questions per window × windows in flight, e.g. ``1x64,3x128``.
+
+    Raises:
+        argparse.ArgumentTypeError: a point is not ``QxN`` with 1 <= Q <= len(QUESTIONS) and N >= 1.
+    """
+    points = []
+    for part in text.split(","):
+        q, _, n = part.strip().partition("x")
+        if not (q.isdigit() and n.isdigit() and 1 <= int(q) <= len(QUESTIONS) and int(n) >= 1):
+            raise argparse.ArgumentTypeError(
+                f"a sustained point is QxN (questions 1-{len(QUESTIONS)} x windows in flight >= 1), got {part!r}")
+        points.append((int(q), int(n)))
+    return points
+
+
+async def _sustained_points(llm: Any, clips: list[Any], make_groups_for: Any, sampling: Any,
+                            args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """The closed loop at each of ``args.sustain_points`` on one engine, back to back: a point starts when the one
+    before it stops sending, so the earlier point's last windows end during the next one's uncounted warm-up
+    (which must outlast a window's latency) and no engine start or drain is paid between points.
+    ``make_groups_for(q)`` is the ``make_groups`` of ``q`` questions. Returns the points' results by name,
+    ``sustained_q{Q}x{N}``."""
+    runs = []
+    for q, n in args.sustain_points:
+        tag = f"sustained_q{q}x{n}"
+        runs.append((tag, asyncio.create_task(_sustained(llm, clips, make_groups_for(q), q, sampling, args, n, tag))))
+        await asyncio.sleep(args.sustain_s)  # this point's sending time, then the next point
+    return {tag: await task for tag, task in runs}
 
 
 def _prompts(
@@ -324,6 +285,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
     from serve_app.config import app_config_from_file
     from serve_app.decode.vision_patches import patchify
+    from serve_app.model.engines import engine_watch
     from serve_app.model.engines.vllm_patches import accept_processed_video
     from serve_app.model.engines.vllm_startup import build_async_llm
     from serve_app.model_facts import COSMOS_REPETITION_PENALTY, COSMOS_TEMPERATURE, COSMOS_TOP_P
@@ -349,6 +311,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         from vllm.config import ProfilerConfig
 
         kwargs["profiler_config"] = ProfilerConfig(**kwargs["profiler_config"])
+    engine_watch.install(order_batch_by_prefix=args.order_batch_by_prefix)
     t0 = time.perf_counter()
     llm = build_async_llm(AsyncEngineArgs(model=args.checkpoint, disable_log_stats=False, **kwargs), AsyncLLM,
                           args.encoder_cache_tokens, UsageContext.ENGINE_CONTEXT)
@@ -365,8 +328,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     for name in args.bursts:
         await llm.reset_prefix_cache()
         await llm.reset_mm_cache()
-        if name == "sustained":
-            bursts[name] = await _sustained(llm, clips[1:], make_groups, len(questions), sampling, args)
+        if name == "sustained" and args.sustain_points:
+            bursts.update(await _sustained_points(llm, clips[1:], lambda q: functools.partial(
+                make_groups, questions=QUESTIONS[:q] if q > 1 else (QUESTION,)), sampling, args))
+        elif name == "sustained":
+            bursts[name] = await _sustained(llm, clips[1:], make_groups, len(questions), sampling, args, args.inflight)
         elif name == "profiled":
             await llm.start_profile()
             bursts[name] = await _burst(llm, make_groups(clips[1:]), sampling, name)
@@ -381,6 +347,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "input": args.input,
         "engine_args": engine_args,
         "encoder_cache_tokens": args.encoder_cache_tokens,
+        "order_batch_by_prefix": args.order_batch_by_prefix,
         "processor_kwargs": extra if args.input == "frames" else None,
         "questions": list(questions),
         "sampling": recipe,
@@ -408,6 +375,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sustain-s", type=float, default=110.0, help="the sustained loop's sending time (s)")
     p.add_argument("--sustain-warmup-s", type=float, default=45.0, help="the sustained loop's uncounted start (s)")
     p.add_argument("--sustain-stagger-s", type=float, default=30.0, help="the sustained loop's first sends' spread (s)")
+    p.add_argument("--sustain-points", type=sustain_points, default=None, metavar="QxN[,QxN...]",
+                   help="the sustained loop at each point (questions x windows in flight) in turn on one engine, "
+                        "instead of --questions x --inflight (the clips: the first --inflight of the windows)")
     p.add_argument("--stagger-s", type=float, default=9.0, help="arrival spread of the staggered burst (s)")
     p.add_argument("--profile-delay", type=int, default=20, help="engine steps before profiling starts")
     p.add_argument("--profile-iters", type=int, default=20, help="engine steps profiled (0: no profiler)")
@@ -417,6 +387,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="the model card's recipe (temperature 0.6, top_p 0.95, repetition_penalty 1.05) or greedy")
     p.add_argument("--encoder-cache-tokens", type=int, default=None,
                    help="vLLM's encoder cache size in multimodal tokens (default: vLLM's, max_num_batched_tokens)")
+    p.add_argument("--order-batch-by-prefix", action="store_true",
+                   help="group a clip's requests in vLLM's batch (the config's model.order_batch_by_prefix)")
     p.add_argument("--windows-dir", default="/tmp/bench-windows")
     p.add_argument("--out", default="results/gpu/engine_profile.json")
     args = p.parse_args(argv)

@@ -1,62 +1,12 @@
-"""The engine-profile bench's pure parts: GPU busy time from a torch trace, the burst timeline."""
+"""The engine-profile bench's pure parts: the burst timeline, the bursts and the sustained loop on a fake engine."""
 
 from __future__ import annotations
 
-import gzip
-import json
 import math
 
 import pytest
 
-from benchmarks.engine_profile import _timeline, kernel_kind, kernel_summary, main
-
-
-def _trace(tmp_path, events, gz=True):
-    path = tmp_path / ("t.pt.trace.json.gz" if gz else "t.pt.trace.json")
-    data = json.dumps({"traceEvents": events})
-    if gz:
-        with gzip.open(path, "wt") as f:
-            f.write(data)
-    else:
-        path.write_text(data)
-    return path
-
-
-@pytest.mark.parametrize("gz", [True, False])
-def test_busy_time_is_the_union_of_kernel_intervals(tmp_path, gz):
-    events = [
-        {"cat": "kernel", "name": "gemm", "ts": 0, "dur": 100},
-        {"cat": "kernel", "name": "gemm", "ts": 50, "dur": 100},  # overlaps the first: 0..150
-        {"cat": "gpu_memcpy", "name": "Memcpy HtoD", "ts": 300, "dur": 50},  # 300..350
-        {"cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 1000},  # host time is not GPU time
-        {"cat": "kernel", "name": "attn", "ts": 900, "dur": 100},  # 900..1000
-    ]
-    s = kernel_summary(_trace(tmp_path, events, gz))
-    assert s["window_ms"] == pytest.approx(1.0)  # 0..1000 µs
-    assert s["busy_ms"] == pytest.approx(0.3)  # 150 + 50 + 100 µs
-    assert s["busy_fraction"] == pytest.approx(0.3)
-    assert s["kernels"][0] == {"name": "gemm", "ms": 0.2, "calls": 2}
-    assert {k["name"] for k in s["kernels"]} == {"gemm", "Memcpy HtoD", "attn"}
-    assert s["kinds_ms"] == {"gemm": pytest.approx(0.2), "attention": pytest.approx(0.1), "copy": pytest.approx(0.05)}
-
-
-@pytest.mark.parametrize(("name", "category", "kind"), [
-    ("void flash::FlashAttnFwdSm90<flash::CollectiveMainloopFwdSm90<2, cute::tuple<cute::C<1>>>>", "kernel",
-     "attention"),
-    ("nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NNT", "kernel", "gemm"),
-    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", "kernel", "gemm"),
-    ("void cutlass::device_kernel<vllm::cutlass_3x_gemm_fp8>", "kernel", "gemm"),
-    ("_topk_topp_kernel", "kernel", "sampler"),
-    ("triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_0", "kernel", "triton"),
-    ("Memcpy HtoD (Pinned -> Device)", "gpu_memcpy", "copy"),
-    ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>", "kernel", "other"),
-])
-def test_kernels_are_sorted_into_kinds_by_name(name, category, kind):
-    assert kernel_kind(name, category) == kind
-
-
-def test_a_trace_without_kernels_says_so(tmp_path):
-    assert kernel_summary(_trace(tmp_path, [{"cat": "cpu_op", "name": "x", "ts": 0, "dur": 5}])) == {"kernels": []}
+from benchmarks.engine_profile import _timeline, main, sustain_points
 
 
 def test_timeline_counts_from_the_first_arrival():
@@ -199,8 +149,8 @@ def test_the_sustained_loop_keeps_the_clips_in_flight_each_time_as_a_new_clip():
                 yield out
 
     eng = _Recording()
-    args = argparse.Namespace(inflight=2, sustain_s=1.0, sustain_warmup_s=0.2, sustain_stagger_s=0.0)
-    out = asyncio.run(_sustained(eng, ["clip-a", "clip-b", "clip-c"], make_groups, 3, None, args))
+    args = argparse.Namespace(sustain_s=1.0, sustain_warmup_s=0.2, sustain_stagger_s=0.0)
+    out = asyncio.run(_sustained(eng, ["clip-a", "clip-b", "clip-c"], make_groups, 3, None, args, 2))
     windows = out["windows_used"]
     assert windows > 2 * 3  # the 3 clips were used again, more than once each (~0.03 s a window, 1 s of sending)
     assert out["questions_per_window"] == 3 and out["concurrency"] == 2
@@ -214,3 +164,65 @@ def test_the_sustained_loop_keeps_the_clips_in_flight_each_time_as_a_new_clip():
         assert all(eng.log.index(("submit", f"sustained-{i}-q{q}")) > first_token for q in (2, 3))
     assert out["later_prefill_s"]["p50"] == pytest.approx(0.4)
     assert out["clips_per_s"] == out["windows_per_s_by_latency"]
+
+
+def test_sustained_points_are_read_as_questions_by_windows_in_flight():
+    assert sustain_points("1x64,3x96, 3x128") == [(1, 64), (3, 96), (3, 128)]
+
+
+@pytest.mark.parametrize("text", ["64", "4x64", "0x64", "3x0", "3x", "x64", "3*64", "1x64,,3x64", "1.5x64"])
+def test_a_point_that_is_not_questions_by_windows_is_refused_with_the_form(text, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--bursts", "sustained", "--sustain-points", text])
+    assert e.value.code == 2
+    assert "QxN (questions 1-3 x windows in flight >= 1)" in capsys.readouterr().err
+
+
+def test_sustained_points_run_back_to_back_each_with_its_questions_and_windows_in_flight():
+    import argparse
+    import asyncio
+
+    from benchmarks.engine_profile import _sustained_points
+
+    class _Counting(_FakeEngine):  # the most requests of each point in the engine at once
+        def __init__(self):
+            super().__init__()
+            self.now: dict[str, int] = {}
+            self.most: dict[str, int] = {}
+            self.first_submit: dict[str, float] = {}
+            self.last_end: dict[str, float] = {}
+
+        async def generate(self, prompt, sampling, rid):
+            point = rid.split("-")[0]
+            clock = asyncio.get_running_loop().time
+            self.first_submit.setdefault(point, clock())
+            self.now[point] = self.now.get(point, 0) + 1
+            self.most[point] = max(self.most.get(point, 0), self.now[point])
+            try:
+                if point == "sustained_q1x2":
+                    await asyncio.sleep(0.25)  # the first point's windows are slow: its drain takes 0.25 s
+                async for out in super().generate(prompt, sampling, rid):
+                    yield out
+            finally:
+                self.now[point] -= 1
+                self.last_end[point] = clock()
+
+    def make_groups_for(q):
+        return lambda clips: [[{"prompt": f"q{i}" * (i + 1)} for i in range(q)] for _ in clips]
+
+    eng = _Counting()
+    args = argparse.Namespace(sustain_points=[(1, 2), (3, 4)], sustain_s=0.6, sustain_warmup_s=0.3,
+                              sustain_stagger_s=0.0)
+    out = asyncio.run(_sustained_points(eng, ["clip-a"], make_groups_for, None, args))
+    assert list(out) == ["sustained_q1x2", "sustained_q3x4"]
+    one, three = out["sustained_q1x2"], out["sustained_q3x4"]
+    assert (one["questions_per_window"], one["concurrency"]) == (1, 2)
+    assert (three["questions_per_window"], three["concurrency"]) == (3, 4)
+    assert one["counted"] > 0 and three["counted"] > 0
+    assert eng.most["sustained_q1x2"] == 2  # one request per window, 2 windows in flight
+    assert eng.most["sustained_q3x4"] == 4 * 3  # 4 windows in flight, each with its 3 questions at once
+    # the second point started when the first stopped sending (at 0.6 s), not before, and did not wait for the
+    # first one's windows in flight to end
+    assert eng.first_submit["sustained_q3x4"] - eng.first_submit["sustained_q1x2"] >= 0.6 - 0.02
+    assert eng.first_submit["sustained_q3x4"] < eng.last_end["sustained_q1x2"]
+    assert {r.rsplit("-q", 1)[1] for _, r in eng.log if r.startswith("sustained_q3x4") and "-q" in r} == {"2", "3"}
