@@ -285,7 +285,6 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
     from serve_app.config import app_config_from_file
     from serve_app.decode.vision_patches import patchify
-    from serve_app.model.engines import engine_watch
     from serve_app.model.engines.vllm_patches import accept_processed_video
     from serve_app.model.engines.vllm_startup import build_async_llm
     from serve_app.model_facts import COSMOS_REPETITION_PENALTY, COSMOS_TEMPERATURE, COSMOS_TOP_P
@@ -311,7 +310,6 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         from vllm.config import ProfilerConfig
 
         kwargs["profiler_config"] = ProfilerConfig(**kwargs["profiler_config"])
-    engine_watch.install(order_batch_by_prefix=args.order_batch_by_prefix)
     t0 = time.perf_counter()
     llm = build_async_llm(AsyncEngineArgs(model=args.checkpoint, disable_log_stats=False, **kwargs), AsyncLLM,
                           args.encoder_cache_tokens, UsageContext.ENGINE_CONTEXT)
@@ -347,7 +345,6 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "input": args.input,
         "engine_args": engine_args,
         "encoder_cache_tokens": args.encoder_cache_tokens,
-        "order_batch_by_prefix": args.order_batch_by_prefix,
         "processor_kwargs": extra if args.input == "frames" else None,
         "questions": list(questions),
         "sampling": recipe,
@@ -387,8 +384,6 @@ def main(argv: list[str] | None = None) -> int:
                    help="the model card's recipe (temperature 0.6, top_p 0.95, repetition_penalty 1.05) or greedy")
     p.add_argument("--encoder-cache-tokens", type=int, default=None,
                    help="vLLM's encoder cache size in multimodal tokens (default: vLLM's, max_num_batched_tokens)")
-    p.add_argument("--order-batch-by-prefix", action="store_true",
-                   help="group a clip's requests in vLLM's batch (the config's model.order_batch_by_prefix)")
     p.add_argument("--windows-dir", default="/tmp/bench-windows")
     p.add_argument("--out", default="results/gpu/engine_profile.json")
     args = p.parse_args(argv)

@@ -222,15 +222,6 @@ class ModelConfig(_Model):
         "(7 KiB for Cosmos-Reason1-7B: 131,072 tokens, 16 windows, ~0.9 GiB). At most 1,048,576 (128 windows, ~7 GiB): "
         "at gpu_memory_utilization 0.90 an 80-GB GPU has ~8 GB outside vLLM's share.",
     )
-    order_batch_by_prefix: bool = Field(
-        False,
-        description="`vllm` engine: keep the requests that share their first KV-cache block (a window's "
-        "questions: one clip identity, one cache_salt) in adjacent rows of vLLM's batch, moved there each engine "
-        "step (serve_app/model/engines/vllm_batch_order.py). Attention reads a window's shared video once per "
-        "question in a decode step; from adjacent rows the later reads can come from the GPU's L2 cache. Changes "
-        "the rows' order only, never what a request computes. Off: vLLM's order (a new request takes the first "
-        "free row).",
-    )
     stream_interval_ms: float = Field(
         50.0,
         ge=0,

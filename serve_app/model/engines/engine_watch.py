@@ -39,8 +39,6 @@ logger = get_logger(__name__)
 POLL_S = 0.5
 #: Environment variable through which the replica passes its pid to the engine cores it spawns.
 PARENT_ENV = "COSMOS_SERVE_ENGINE_PARENT_PID"
-#: "1": the engine core groups a window's requests in its batch (:mod:`serve_app.model.engines.vllm_batch_order`).
-ORDER_ENV = "COSMOS_SERVE_ORDER_BATCH_BY_PREFIX"
 
 
 def parent_gone(expected_ppid: int, current_ppid: int) -> bool:
@@ -100,10 +98,6 @@ def run_engine_core(*args: Any, **kwargs: Any) -> Any:
     from serve_app.model.engines.vllm_patches import share_tokenizer_pools
 
     share_tokenizer_pools()  # the engine core builds an HF processor too
-    if os.environ.get(ORDER_ENV) == "1":
-        from serve_app.model.engines.vllm_batch_order import order_batch_by_prefix
-
-        order_batch_by_prefix()
     expected = int(os.environ.get(PARENT_ENV, "0") or 0)
     if parent_gone(expected, os.getppid()):
         _kill_self()
@@ -112,19 +106,17 @@ def run_engine_core(*args: Any, **kwargs: Any) -> Any:
     return original(*args, **kwargs)
 
 
-def install(order_batch_by_prefix: bool = False) -> None:
-    """Makes the engine cores this process spawns from now on end with it (see the module doc), and with
-    ``order_batch_by_prefix`` group a window's requests in their batch (:data:`ORDER_ENV`).
+def install() -> None:
+    """Makes the engine cores this process spawns from now on end with it (see the module doc).
 
-    Idempotent. Sets :data:`PARENT_ENV` to this process's pid and :data:`ORDER_ENV` (children inherit both).
+    Idempotent. Sets :data:`PARENT_ENV` to this process's pid (children inherit it).
 
     Raises:
         ImportError: vLLM is not installed.
     """
-    os.environ[PARENT_ENV] = str(os.getpid())
-    os.environ[ORDER_ENV] = "1" if order_batch_by_prefix else "0"
     from vllm.v1.engine.core import EngineCoreProc
 
+    os.environ[PARENT_ENV] = str(os.getpid())
     if getattr(EngineCoreProc, "_cosmos_original_run_engine_core", None) is None:
         EngineCoreProc._cosmos_original_run_engine_core = staticmethod(EngineCoreProc.run_engine_core)
         EngineCoreProc.run_engine_core = staticmethod(run_engine_core)

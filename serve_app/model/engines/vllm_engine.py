@@ -99,8 +99,7 @@ class VLLMEngine(Engine):
 
         from serve_app.model.engines import engine_watch
 
-        # the engine core ends with this replica, however it dies (and groups a window's requests when asked)
-        engine_watch.install(order_batch_by_prefix=self.config.order_batch_by_prefix)
+        engine_watch.install()  # the engine core ends with this replica, however it dies
         if forkserver:
             engine_process.install()
         share_tokenizer_pools()  # before AsyncLLM builds its HF processor (the engine core does it too)
