@@ -238,13 +238,19 @@ async def _sustained_points(llm: Any, clips: list[Any], make_groups_for: Any, sa
     before it stops sending, so the earlier point's last windows end during the next one's uncounted warm-up
     (which must outlast a window's latency) and no engine start or drain is paid between points.
     ``make_groups_for(q)`` is the ``make_groups`` of ``q`` questions. Returns the points' results by name,
-    ``sustained_q{Q}x{N}``."""
+    ``sustained_q{Q}x{N}``; from the second on with ``previous_drain_s`` and ``previous_drain_counted``: the
+    earlier point's windows still ran into this one's counted interval (its drain outlasted the warm-up; H200,
+    2026-12-04: 128 windows of 3 questions took 81 s to drain), and this point's rate is not its own."""
     runs = []
     for q, n in args.sustain_points:
         tag = f"sustained_q{q}x{n}"
         runs.append((tag, asyncio.create_task(_sustained(llm, clips, make_groups_for(q), q, sampling, args, n, tag))))
         await asyncio.sleep(args.sustain_s)  # this point's sending time, then the next point
-    return {tag: await task for tag, task in runs}
+    out = {tag: await task for tag, task in runs}
+    for (before, _), (tag, _) in itertools.pairwise(runs):
+        drain_s = out[before]["drain_s"]
+        out[tag] = {**out[tag], "previous_drain_s": drain_s, "previous_drain_counted": drain_s > args.sustain_warmup_s}
+    return out
 
 
 def _prompts(

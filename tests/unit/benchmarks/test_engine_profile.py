@@ -226,3 +226,24 @@ def test_sustained_points_run_back_to_back_each_with_its_questions_and_windows_i
     assert eng.first_submit["sustained_q3x4"] - eng.first_submit["sustained_q1x2"] >= 0.6 - 0.02
     assert eng.first_submit["sustained_q3x4"] < eng.last_end["sustained_q1x2"]
     assert {r.rsplit("-q", 1)[1] for _, r in eng.log if r.startswith("sustained_q3x4") and "-q" in r} == {"2", "3"}
+    assert "previous_drain_s" not in one
+    assert three["previous_drain_s"] == one["drain_s"] > 0  # the first point's slow windows drained into it
+
+
+def test_a_point_says_when_the_point_before_drained_into_its_counted_interval(monkeypatch):
+    import argparse
+    import asyncio
+
+    from benchmarks import engine_profile
+
+    drains = {"sustained_q3x128": 81.0, "sustained_q1x128": 30.0, "sustained_q3x96": 5.0}
+
+    async def fake_sustained(llm, clips, make_groups, n_questions, sampling, args, inflight, tag):
+        return {"drain_s": drains[tag]}
+
+    monkeypatch.setattr(engine_profile, "_sustained", fake_sustained)
+    args = argparse.Namespace(sustain_points=[(3, 128), (1, 128), (3, 96)], sustain_s=0.01, sustain_warmup_s=40.0)
+    out = asyncio.run(engine_profile._sustained_points(None, [], lambda q: None, None, args))
+    assert out["sustained_q1x128"]["previous_drain_s"] == 81.0
+    assert out["sustained_q1x128"]["previous_drain_counted"] is True  # 81 s of drain > 40 s of warm-up
+    assert out["sustained_q3x96"]["previous_drain_counted"] is False  # 30 s < 40 s
