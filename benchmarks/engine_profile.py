@@ -291,6 +291,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
     from serve_app.config import app_config_from_file
     from serve_app.decode.vision_patches import patchify
+    from serve_app.model.engines import engine_watch
     from serve_app.model.engines.vllm_patches import accept_processed_video
     from serve_app.model.engines.vllm_startup import build_async_llm
     from serve_app.model_facts import COSMOS_REPETITION_PENALTY, COSMOS_TEMPERATURE, COSMOS_TOP_P
@@ -300,6 +301,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     clips: list[Any] = [patchify(fr, 4.0) for fr in decoded] if args.input == "patches" else decoded
     model_cfg = app_config_from_file(args.serve_config).model
     engine_args = {**model_cfg.engine_args, **BASE_ENGINE_ARGS, **json.loads(args.engine_args)}
+    if args.window_attention:
+        engine_args["disable_cascade_attn"] = False  # vLLM 0.24 skips the runner's cascade step (the plan's hook) else
     if args.input == "patches":
         accept_processed_video()
         engine_args.setdefault("enable_mm_embeds", True)
@@ -316,6 +319,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         from vllm.config import ProfilerConfig
 
         kwargs["profiler_config"] = ProfilerConfig(**kwargs["profiler_config"])
+    engine_watch.install(window_attention=args.window_attention)
     t0 = time.perf_counter()
     llm = build_async_llm(AsyncEngineArgs(model=args.checkpoint, disable_log_stats=False, **kwargs), AsyncLLM,
                           args.encoder_cache_tokens, UsageContext.ENGINE_CONTEXT)
@@ -351,6 +355,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "input": args.input,
         "engine_args": engine_args,
         "encoder_cache_tokens": args.encoder_cache_tokens,
+        "window_attention": args.window_attention,
         "processor_kwargs": extra if args.input == "frames" else None,
         "questions": list(questions),
         "sampling": recipe,
@@ -390,6 +395,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="the model card's recipe (temperature 0.6, top_p 0.95, repetition_penalty 1.05) or greedy")
     p.add_argument("--encoder-cache-tokens", type=int, default=None,
                    help="vLLM's encoder cache size in multimodal tokens (default: vLLM's, max_num_batched_tokens)")
+    p.add_argument("--window-attention", action="store_true",
+                   help="per-window cascade attention (the config's model.window_cascade_attention)")
     p.add_argument("--windows-dir", default="/tmp/bench-windows")
     p.add_argument("--out", default="results/gpu/engine_profile.json")
     args = p.parse_args(argv)

@@ -222,6 +222,15 @@ class ModelConfig(_Model):
         "(7 KiB for Cosmos-Reason1-7B: 131,072 tokens, 16 windows, ~0.9 GiB). At most 1,048,576 (128 windows, ~7 GiB): "
         "at gpu_memory_utilization 0.90 an 80-GB GPU has ~8 GB outside vLLM's share.",
     )
+    window_cascade_attention: bool = Field(
+        False,
+        description="`vllm` engine: in each decode step, read a window's shared video from the KV cache once "
+        "for all its questions (per-window cascade attention, serve_app/model/engines/vllm_window_attention.py) "
+        "instead of once per question. Applies to decode rows that share at least 256 tokens of whole KV blocks, "
+        "with FlashAttention 3 and a bf16/fp16 KV cache; other steps and layers keep vLLM's attention. A step "
+        "that uses it runs without a full CUDA graph. Sets the engine argument disable_cascade_attn to false. "
+        "Not yet measured on a GPU: off until it is.",
+    )
     stream_interval_ms: float = Field(
         50.0,
         ge=0,

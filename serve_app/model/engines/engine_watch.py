@@ -39,6 +39,8 @@ logger = get_logger(__name__)
 POLL_S = 0.5
 #: Environment variable through which the replica passes its pid to the engine cores it spawns.
 PARENT_ENV = "COSMOS_SERVE_ENGINE_PARENT_PID"
+#: "1": the engine core runs per-window cascade attention (:mod:`serve_app.model.engines.vllm_window_attention`).
+WINDOW_ATTENTION_ENV = "COSMOS_SERVE_WINDOW_ATTENTION"
 
 
 def parent_gone(expected_ppid: int, current_ppid: int) -> bool:
@@ -98,6 +100,10 @@ def run_engine_core(*args: Any, **kwargs: Any) -> Any:
     from serve_app.model.engines.vllm_patches import share_tokenizer_pools
 
     share_tokenizer_pools()  # the engine core builds an HF processor too
+    if os.environ.get(WINDOW_ATTENTION_ENV) == "1":
+        from serve_app.model.engines.vllm_window_attention import install_window_attention
+
+        install_window_attention()
     expected = int(os.environ.get(PARENT_ENV, "0") or 0)
     if parent_gone(expected, os.getppid()):
         _kill_self()
@@ -106,17 +112,20 @@ def run_engine_core(*args: Any, **kwargs: Any) -> Any:
     return original(*args, **kwargs)
 
 
-def install() -> None:
-    """Makes the engine cores this process spawns from now on end with it (see the module doc).
+def install(window_attention: bool = False) -> None:
+    """Makes the engine cores this process spawns from now on end with it (see the module doc), and with
+    ``window_attention`` run per-window cascade attention (:data:`WINDOW_ATTENTION_ENV`).
 
-    Idempotent. Sets :data:`PARENT_ENV` to this process's pid (children inherit it).
+    Idempotent. Sets :data:`PARENT_ENV` to this process's pid and :data:`WINDOW_ATTENTION_ENV` (children inherit
+    both) before vLLM's import.
 
     Raises:
         ImportError: vLLM is not installed.
     """
+    os.environ[PARENT_ENV] = str(os.getpid())
+    os.environ[WINDOW_ATTENTION_ENV] = "1" if window_attention else "0"
     from vllm.v1.engine.core import EngineCoreProc
 
-    os.environ[PARENT_ENV] = str(os.getpid())
     if getattr(EngineCoreProc, "_cosmos_original_run_engine_core", None) is None:
         EngineCoreProc._cosmos_original_run_engine_core = staticmethod(EngineCoreProc.run_engine_core)
         EngineCoreProc.run_engine_core = staticmethod(run_engine_core)

@@ -99,7 +99,8 @@ class VLLMEngine(Engine):
 
         from serve_app.model.engines import engine_watch
 
-        engine_watch.install()  # the engine core ends with this replica, however it dies
+        # the engine core ends with this replica, however it dies (and runs per-window attention when asked)
+        engine_watch.install(window_attention=self.config.window_cascade_attention)
         if forkserver:
             engine_process.install()
         share_tokenizer_pools()  # before AsyncLLM builds its HF processor (the engine core does it too)
@@ -107,6 +108,8 @@ class VLLMEngine(Engine):
         model = self.config.model_id
         if self.config.checkpoint:
             model = str(ensure_checkpoint(self.config.checkpoint, model, self.config.family))
+        if self.config.window_cascade_attention:
+            args["disable_cascade_attn"] = False  # vLLM 0.24 skips the runner's cascade step (the plan's hook) else
         if self.config.vision_input == "patches" or self.config.patchify == "table":
             accept_processed_video()
             args.setdefault("enable_mm_embeds", True)  # vLLM checks it for every pass-through item
