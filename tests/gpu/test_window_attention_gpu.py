@@ -75,3 +75,51 @@ def test_window_attention_matches_flash_attention_on_the_whole_context():
     # bf16 outputs of two summation orders: within a few bf16 steps of each other (values ~N(0, 1/sqrt(context)))
     torch.testing.assert_close(out.float(), plain.float(), atol=2e-2, rtol=2e-2)
     assert (out.float() - plain.float()).abs().mean().item() < 2e-3
+
+
+def test_an_engine_runs_a_windows_questions_through_the_window_path_with_the_answers_of_vllms_path(monkeypatch):
+    """The patches in a real engine (in-process, so the test reads the counts): 4 windows of 3 questions decoded
+    greedily through the window path, then again through vLLM's; the engine is the same, the prefix cached."""
+    import torch
+
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("FlashAttention 3 needs a Hopper GPU")
+    from pathlib import Path
+
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine core in this process
+    from vllm import LLM, SamplingParams
+
+    from benchmarks.engine_profile import _prompts
+    from benchmarks.workload import QUESTIONS
+    from serve_app.decode.vision_patches import patchify
+    from serve_app.model.checkpoint import ensure_checkpoint
+    from serve_app.model.engines import vllm_window_attention as wa
+    from serve_app.model.engines.vllm_patches import accept_processed_video
+
+    dummy = Path(__file__).resolve().parents[2] / "checkpoints" / "cosmos-reason1-7b-dummy"
+    ensure_checkpoint("full-dummy", dummy)
+    accept_processed_video()
+    assert wa.install_window_attention()
+    llm = LLM(model=str(dummy), load_format="dummy", dtype="bfloat16", enable_mm_embeds=True, max_model_len=16384,
+              gpu_memory_utilization=0.5, max_num_seqs=32, enable_prefix_caching=True, disable_cascade_attn=False)
+    frames = np.random.default_rng(0).integers(0, 256, (40, 420, 756, 3), dtype=np.uint8)
+    groups = _prompts([patchify(frames, 4.0)] * 4, "patches", {}, QUESTIONS[:3])  # 4 windows, a salt each
+    llm.generate([g[0] for g in groups], SamplingParams(max_tokens=1))  # each window's video into the prefix cache
+    greedy = SamplingParams(max_tokens=16, temperature=0.0, ignore_eos=True)
+    prompts = [p for g in groups for p in g]
+
+    wa._STEP.active, wa._STEP.planned, wa._STEP.groups, wa._STEP.window_layers = True, 0, 0, 0
+    on = [o.outputs[0].token_ids for o in llm.generate(prompts, greedy)]
+    planned, groups_seen, layers = wa._STEP.planned, wa._STEP.groups, wa._STEP.window_layers
+    wa._STEP.active = False
+    off = [o.outputs[0].token_ids for o in llm.generate(prompts, greedy)]
+    wa._STEP.active = True
+
+    assert planned >= 10  # the decode steps (15 per request) took the window path
+    assert groups_seen / planned == pytest.approx(4, abs=0.5)  # the 4 windows, each a group of its 3 questions
+    assert layers == planned * 28  # every decoder layer of those steps (Qwen2.5-7B: 28)
+    assert all(len(t) == 16 for t in on + off)
+    # Random weights: bf16 near-ties between two summation orders can flip a token, after which a request's
+    # tokens part; a wrong attention changes them all.
+    same = sum(a == b for a, b in zip(on, off, strict=True))
+    assert same >= 9, f"{same} of 12 requests decoded the same tokens on both paths"

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -200,13 +199,17 @@ def window_attention(query: Any, key_cache: Any, value_cache: Any, out: Any, que
     out.index_copy_(0, w.token_idx, merged)
 
 
-class _Step(threading.local):
-    """The plan of the step the engine core is running (set by the runner, read by the metadata builder)."""
+@dataclasses.dataclass
+class _Step:
+    """The plan of the step the engine core is running (set by the runner, read by the metadata builder, in the
+    one thread that runs ``execute_model``), and counts for the log line and tests."""
 
     plan: WindowPlan | None = None
-    steps: int = 0  # steps seen, with a plan, and the groups in them (for the log line)
+    active: bool = True  # False: every step takes vLLM's path (tests compare the two on one engine)
+    steps: int = 0  # steps seen, with a plan, and the groups in them
     planned: int = 0
     groups: int = 0
+    window_layers: int = 0  # attention calls that took the window path
 
 
 _STEP = _Step()
@@ -262,7 +265,7 @@ def install_window_attention() -> bool:
     def _compute_cascade_attn_prefix_lens(self: Any, num_scheduled: Any, num_computed: Any, common: Any) -> Any:
         lens = runner_lens(self, num_scheduled, num_computed, common)
         _STEP.plan = None
-        if lens is not None or len(self.kv_cache_config.kv_cache_groups) != 1:
+        if lens is not None or not _STEP.active or len(self.kv_cache_config.kv_cache_groups) != 1:
             return lens  # vLLM's own cascade (a prefix the whole batch shares), or a model this does not cover
         if plan_step(self.input_batch, num_scheduled, num_computed) is None:
             return None
@@ -288,6 +291,7 @@ def install_window_attention() -> bool:
         if w is None or output_scale is not None or output_block_scale is not None or not _covers(self, attn_metadata):
             return impl_forward(self, layer, query, key, value, kv_cache, attn_metadata, output, output_scale,
                                 output_block_scale)
+        _STEP.window_layers += 1
         key_cache, value_cache = (canonicalize_singleton_dim_strides(c) for c in kv_cache.unbind(1))
         n = attn_metadata.num_actual_tokens
         window_attention(query[:n], key_cache, value_cache, output[:n], attn_metadata.query_start_loc,
