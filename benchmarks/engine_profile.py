@@ -26,7 +26,9 @@ window's questions reach the replica's engine: one multimodal id and ``cache_sal
 clip's questions only, the later ones submitted at the first one's first token (the replica's
 prefill hold, ``serve_app/model/engines/prefill_gate.py``), so they read the clip from the prefix
 cache. ``--sampling greedy`` drops the model card's recipe (temperature 0: no top-p, no penalty),
-to tell the sampler's share of a decode step. ``--encoder-cache-tokens`` sizes vLLM's encoder cache
+to tell the sampler's share of a decode step. ``--window-attention`` decodes a clip's questions with
+per-window cascade attention (:mod:`serve_app.model.engines.vllm_window_attention`).
+``--encoder-cache-tokens`` sizes vLLM's encoder cache
 (:func:`serve_app.model.engines.vllm_startup.build_async_llm`); the later questions' prefill time
 (``later_prefill_s``, scheduled to first token) tells whether they ran the vision tower again. With
 ``--profile-delay`` past the prefill (64 clips of 8,149 tokens at 16,384 batched tokens a step: ~35
