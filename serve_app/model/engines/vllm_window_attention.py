@@ -31,13 +31,14 @@ cascade step otherwise).
 from __future__ import annotations
 
 import dataclasses
-import logging
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-logger = logging.getLogger(__name__)
+from serve_app.log_limit import get_logger
+
+logger = get_logger(__name__)
 
 #: Engine steps between two log lines saying how many steps ran the window path (~30 s of a busy engine).
 LOG_EVERY_STEPS = 2000

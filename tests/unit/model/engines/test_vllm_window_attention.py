@@ -180,7 +180,7 @@ def test_the_step_plan_is_read_from_the_batchs_block_table_and_counted(monkeypat
     monkeypatch.setattr(wa, "_STEP", wa._Step())
     monkeypatch.setattr(wa, "LOG_EVERY_STEPS", 2)
     monkeypatch.setattr(wa.plan_windows, "__defaults__", (8,))
-    with caplog.at_level(logging.INFO, logger=wa.__name__):
+    with caplog.at_level(logging.INFO, logger="ray.serve"):
         plan = wa.plan_step(batch, scheduled, computed)
         assert plan is not None and wa._STEP.plan is plan and list(plan.prefix_lens) == [16, 16]
         assert wa.plan_step(batch, np.full(7, 5), computed) is None  # all prefill: no plan for this step
