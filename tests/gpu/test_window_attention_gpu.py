@@ -108,12 +108,19 @@ def test_an_engine_runs_a_windows_questions_through_the_window_path_with_the_ans
     greedy = SamplingParams(max_tokens=16, temperature=0.0, ignore_eos=True)
     prompts = [p for g in groups for p in g]
 
-    wa._STEP.active, wa._STEP.planned, wa._STEP.groups, wa._STEP.window_layers = True, 0, 0, 0
-    on = [o.outputs[0].token_ids for o in llm.generate(prompts, greedy)]
-    planned, groups_seen, layers = wa._STEP.planned, wa._STEP.groups, wa._STEP.window_layers
-    wa._STEP.active = False
-    off = [o.outputs[0].token_ids for o in llm.generate(prompts, greedy)]
-    wa._STEP.active = True
+    try:
+        wa._STEP.active, wa._STEP.planned, wa._STEP.groups, wa._STEP.window_layers = True, 0, 0, 0
+        on = [list(o.outputs[0].token_ids) for o in llm.generate(prompts, greedy)]
+        planned, groups_seen, layers = wa._STEP.planned, wa._STEP.groups, wa._STEP.window_layers
+        wa._STEP.active = False
+        off = [list(o.outputs[0].token_ids) for o in llm.generate(prompts, greedy)]
+    finally:
+        wa._STEP.active = True
+        del llm  # the GPU memory back for the tests after this one
+        import gc
+
+        gc.collect()
+        torch.cuda.empty_cache()
 
     assert planned >= 10  # the decode steps (15 per request) took the window path
     assert groups_seen / planned == pytest.approx(4, abs=0.5)  # the 4 windows, each a group of its 3 questions
