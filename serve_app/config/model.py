@@ -229,7 +229,7 @@ class ModelConfig(_Model):
         "instead of once per question. Applies to decode rows that share at least 256 tokens of whole KV blocks, "
         "with FlashAttention 3 and a bf16/fp16 KV cache; other steps and layers keep vLLM's attention. A step "
         "that uses it runs without a full CUDA graph. Sets the engine argument disable_cascade_attn to false. "
-        "Not yet measured on a GPU: off until it is.",
+        "Matches FlashAttention on the H200; its effect on windows/s is not measured yet: off until it is.",
     )
     stream_interval_ms: float = Field(
         50.0,
