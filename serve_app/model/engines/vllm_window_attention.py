@@ -31,6 +31,7 @@ cascade step otherwise).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -233,11 +234,18 @@ def plan_step(batch: Any, num_scheduled: np.ndarray, num_computed: np.ndarray) -
     return plan
 
 
-def _covers(impl: Any, md: Any) -> bool:
-    """Whether the window path computes what vLLM's FlashAttention path would for this layer and step."""
+@functools.cache
+def _vllm_names() -> tuple[Callable[[Any], bool], Any]:
+    """vLLM's ``is_quantized_kv_cache`` and ``AttentionType``, imported once (not in every layer's call)."""
     from vllm.utils.torch_utils import is_quantized_kv_cache
     from vllm.v1.attention.backend import AttentionType
 
+    return is_quantized_kv_cache, AttentionType
+
+
+def _covers(impl: Any, md: Any) -> bool:
+    """Whether the window path computes what vLLM's FlashAttention path would for this layer and step."""
+    is_quantized_kv_cache, AttentionType = _vllm_names()
     return (impl.attn_type == AttentionType.DECODER and impl.vllm_flash_attn_version == 3
             and not is_quantized_kv_cache(impl.kv_cache_dtype) and impl.dcp_world_size == 1
             and impl.sinks is None and impl.alibi_slopes is None
