@@ -68,8 +68,9 @@ def test_window_attention_matches_flash_attention_on_the_whole_context():
     plan = plan_windows(table, scheduled, computed, BS)
     assert plan is not None and len(plan.prefix_lens) == 8 and set(plan.prefix_lens.tolist()) == {64 * BS}
     out = torch.empty_like(q)
-    window_attention(q, k, v, out, cu, common["max_seqlen_q"], common["max_seqlen_k"],
-                     window_tensors(plan, bt, seq_lens), DIM ** -0.5, 0.0, flash_attn_varlen_func,
+    w = window_tensors(plan, bt, seq_lens)
+    assert w.max_suffix_len == int(seq_lens.max())  # the lone rows and the chunk: their whole context
+    window_attention(q, k, v, out, cu, common["max_seqlen_q"], w, DIM ** -0.5, 0.0, flash_attn_varlen_func,
                      merge_attn_states, fa_version=3)
     torch.cuda.synchronize()
     # bf16 outputs of two summation orders: within a few bf16 steps of each other (values ~N(0, 1/sqrt(context)))

@@ -33,6 +33,7 @@ from serve_app.model.engines.vllm_inputs import engine_prompt, handoff_pixels, s
 from serve_app.model.engines.vllm_patches import accept_processed_video, share_tokenizer_pools
 from serve_app.model.engines.vllm_startup import build_async_llm, cache_state, compile_cache_env
 from serve_app.model.engines.vllm_timings import TIMINGS_ENV, engine_ts, timings_row
+from serve_app.model.engines.vllm_window_attention import inactive_reason
 from serve_app.model.family import checkpoint_chat_template
 
 logger = get_logger(__name__)
@@ -134,6 +135,8 @@ class VLLMEngine(Engine):
             await self.shutdown()  # give the GPU back before the replica fails its start
             raise
         self.chat_template = checkpoint_chat_template(model) or await self._tokenizer_chat_template()
+        if self.config.window_cascade_attention and (reason := inactive_reason(self.llm.vllm_config)):
+            logger.warning("model.window_cascade_attention is on, but %s", reason)
         if self.config.log_stats_interval_s > 0:
             self._stats_task = asyncio.get_running_loop().create_task(
                 log_stats_every(self.llm, self.config.log_stats_interval_s)

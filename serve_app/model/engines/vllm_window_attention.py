@@ -22,9 +22,10 @@ among many windows. This module does the same per window:
 
 :func:`install_window_attention` patches vLLM 0.24's GPU model runner and FlashAttention backend in the
 engine-core process (:mod:`serve_app.model.engines.engine_watch`). A step with a plan runs without a full
-CUDA graph (vLLM does the same for its own cascade attention), and anything the window path does not
-cover (fp8 KV cache, sliding windows, ALiBi, sinks, context parallelism, FlashAttention other than 3) keeps
-vLLM's path. Needs the engine argument ``disable_cascade_attn: false`` (vLLM 0.24 skips the runner's
+CUDA graph (vLLM does the same for its own cascade attention). An engine the window path does not cover
+(an attention backend other than FlashAttention 3, an fp8 KV cache, more than one KV-cache group, vLLM's V2
+model runner) gets no plan, so its steps keep their full CUDA graphs; a layer it does not cover (sliding
+windows, ALiBi, sinks, context parallelism) keeps vLLM's path in a planned step. Needs the engine argument ``disable_cascade_attn: false`` (vLLM 0.24 skips the runner's
 cascade step otherwise).
 """
 
@@ -60,6 +61,8 @@ class WindowPlan:
         group_rows: ``(groups,)`` int64, a row of each group (its block table holds the prefix's blocks).
         row_prefix_blocks: ``(num_reqs,)`` int32, each row's prefix in blocks (0 outside a group).
         block_size: tokens per KV block of the block table the plan was made from.
+        max_suffix_len: the longest KV length past a row's prefix (a row outside a group: its whole context),
+            in tokens; the suffix attention's ``max_seqlen_k``, from which FlashAttention 3 bounds its KV splits.
     """
 
     token_idx: np.ndarray
@@ -68,6 +71,7 @@ class WindowPlan:
     group_rows: np.ndarray
     row_prefix_blocks: np.ndarray
     block_size: int
+    max_suffix_len: int
 
 
 def plan_windows(block_table: np.ndarray, num_scheduled: np.ndarray, num_computed: np.ndarray, block_size: int,
@@ -117,6 +121,7 @@ def plan_windows(block_table: np.ndarray, num_scheduled: np.ndarray, num_compute
         group_rows=np.asarray(firsts, np.int64),
         row_prefix_blocks=prefix_blocks,
         block_size=block_size,
+        max_suffix_len=int((num_computed + num_scheduled - prefix_blocks * block_size).max()),
     )
 
 
@@ -131,6 +136,7 @@ class WindowTensors:
         suffix_seq_lens: ``(num_reqs,)`` int32, each row's KV length past its prefix.
         max_group_q: the most query tokens in one group.
         max_prefix_len: the longest prefix, in tokens.
+        max_suffix_len: as the plan's.
     """
 
     token_idx: Any
@@ -141,6 +147,7 @@ class WindowTensors:
     suffix_seq_lens: Any
     max_group_q: int
     max_prefix_len: int
+    max_suffix_len: int
 
 
 def window_tensors(plan: WindowPlan, block_table: Any, seq_lens: Any) -> WindowTensors:
@@ -167,11 +174,12 @@ def window_tensors(plan: WindowPlan, block_table: Any, seq_lens: Any) -> WindowT
         suffix_seq_lens=(seq_lens[:num_reqs] - shift * block_size).to(torch.int32),
         max_group_q=int(np.diff(plan.cu_group_q).max()),
         max_prefix_len=int(plan.prefix_lens.max()),
+        max_suffix_len=plan.max_suffix_len,
     )
 
 
 def window_attention(query: Any, key_cache: Any, value_cache: Any, out: Any, query_start_loc: Any,
-                     max_query_len: int, max_seq_len: int, w: WindowTensors, scale: float, softcap: float,
+                     max_query_len: int, w: WindowTensors, scale: float, softcap: float,
                      varlen: Callable[..., Any], merge: Callable[..., None], **kernel_kwargs: Any) -> None:
     """Attention of a step's query tokens, each window group's prefix read once; writes ``out``.
 
@@ -179,7 +187,7 @@ def window_attention(query: Any, key_cache: Any, value_cache: Any, out: Any, que
         query: ``(n, heads, head_size)``; out: the same shape, written.
         key_cache, value_cache: ``(num_blocks, block_size, kv_heads, head_size)``.
         query_start_loc: ``(num_reqs + 1,)`` int32, each row's first query token.
-        max_query_len, max_seq_len: the step's longest query and KV length (tokens).
+        max_query_len: the step's longest query (tokens).
         w: the step's :class:`WindowTensors`.
         scale, softcap: the softmax scale and logit soft cap (0: none).
         varlen: FlashAttention's ``flash_attn_varlen_func`` (paged KV, ``return_softmax_lse``).
@@ -187,7 +195,7 @@ def window_attention(query: Any, key_cache: Any, value_cache: Any, out: Any, que
         kernel_kwargs: passed to both ``varlen`` calls (``fa_version``).
     """
     _, suffix_lse = varlen(q=query, k=key_cache, v=value_cache, out=out, cu_seqlens_q=query_start_loc,
-                           max_seqlen_q=max_query_len, seqused_k=w.suffix_seq_lens, max_seqlen_k=max_seq_len,
+                           max_seqlen_q=max_query_len, seqused_k=w.suffix_seq_lens, max_seqlen_k=w.max_suffix_len,
                            softmax_scale=scale, causal=True, block_table=w.suffix_block_table, softcap=softcap,
                            return_softmax_lse=True, **kernel_kwargs)
     prefix_out, prefix_lse = varlen(q=query.index_select(0, w.token_idx), k=key_cache, v=value_cache,
@@ -253,6 +261,36 @@ def _covers(impl: Any, md: Any) -> bool:
             and md.mm_prefix_range_tensor is None and not md.use_cascade)
 
 
+def _runner_fits(runner: Any) -> bool:
+    """Whether ``runner`` (vLLM's ``GPUModelRunner``) has one KV-cache group, all of whose layers run
+    FlashAttention 3 over an unquantized KV cache: else no step gets a plan, and so every step keeps its full
+    CUDA graph (a plan costs it). Decided at the first step, logged, kept on the runner."""
+    fits = getattr(runner, "_cosmos_window_fits", None)
+    if fits is None:
+        from vllm.v1.attention.backends.flash_attn import get_flash_attn_version
+
+        is_quantized_kv_cache, _ = _vllm_names()
+        groups = runner.kv_cache_config.kv_cache_groups
+        backends = {g.backend.get_name() for g in runner.attn_groups[0]} if len(groups) == 1 else set()
+        fits = (backends == {"FLASH_ATTN"} and get_flash_attn_version() == 3
+                and not is_quantized_kv_cache(runner.cache_config.cache_dtype))
+        runner._cosmos_window_fits = fits
+        logger.info("window attention: %s (%d KV-cache groups, attention backends %s, KV cache %s)",
+                    "on" if fits else "off, vLLM's attention runs every step", len(groups), sorted(backends),
+                    runner.cache_config.cache_dtype)
+    return bool(fits)
+
+
+def inactive_reason(vllm_config: Any) -> str | None:
+    """Why the patches of :func:`install_window_attention` cannot run on the engine that ``vllm_config``
+    (vLLM's ``VllmConfig``) describes, or None. They patch vLLM 0.24's V1 ``GPUModelRunner``; vLLM runs its
+    V2 model runner instead for some architectures or when ``VLLM_USE_V2_MODEL_RUNNER`` asks for it."""
+    if getattr(vllm_config, "use_v2_model_runner", False):
+        return ("vLLM runs its V2 model runner for this model, which the window path does not patch: "
+                "vLLM's attention runs every step")
+    return None
+
+
 def install_window_attention() -> bool:
     """Patches vLLM 0.24 in this process (the engine core) to run :func:`window_attention` where it applies.
 
@@ -274,8 +312,8 @@ def install_window_attention() -> bool:
     def _compute_cascade_attn_prefix_lens(self: Any, num_scheduled: Any, num_computed: Any, common: Any) -> Any:
         lens = runner_lens(self, num_scheduled, num_computed, common)
         _STEP.plan = None
-        if lens is not None or not _STEP.active or len(self.kv_cache_config.kv_cache_groups) != 1:
-            return lens  # vLLM's own cascade (a prefix the whole batch shares), or a model this does not cover
+        if lens is not None or not _STEP.active or not _runner_fits(self):
+            return lens  # vLLM's own cascade (a prefix the whole batch shares), or an engine this does not cover
         if plan_step(self.input_batch, num_scheduled, num_computed) is None:
             return None
         return [[0] * len(groups) for groups in self.attn_groups]  # not None: no full CUDA graph this step
@@ -304,7 +342,7 @@ def install_window_attention() -> bool:
         key_cache, value_cache = (canonicalize_singleton_dim_strides(c) for c in kv_cache.unbind(1))
         n = attn_metadata.num_actual_tokens
         window_attention(query[:n], key_cache, value_cache, output[:n], attn_metadata.query_start_loc,
-                         attn_metadata.max_query_len, attn_metadata.max_seq_len, w, self.scale,
+                         attn_metadata.max_query_len, w, self.scale,
                          self.logits_soft_cap, flash_attn.flash_attn_varlen_func, flash_attn.merge_attn_states,
                          fa_version=self.vllm_flash_attn_version)
         return output

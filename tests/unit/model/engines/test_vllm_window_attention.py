@@ -8,6 +8,7 @@ itself runs only on the GPU machine (``tests/gpu``).
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -87,6 +88,9 @@ def test_decode_rows_that_share_leading_blocks_are_grouped_with_their_common_pre
     assert list(plan.prefix_lens) == [16, 16]
     assert list(plan.group_rows) == [0, 5]
     assert list(plan.row_prefix_blocks) == [4, 0, 4, 0, 4, 4, 4]  # the prefill chunk and the lone row: none
+    # KV past each row's prefix: 27-16, 11 (the chunk, whole), 25-16, 11 (the lone row, whole), 22-16, 18-16,
+    # 19-16: the suffix attention's bound is 11 tokens, not the step's longest context (27)
+    assert plan.max_suffix_len == 11
 
 
 def test_a_prefix_holds_computed_tokens_only():
@@ -131,7 +135,7 @@ def test_window_attention_equals_plain_attention(softcap):
     assert w.group_block_table.tolist() == [[1, 2, 3, 4], [40, 41, 42, 43]]
     assert w.suffix_seq_lens.tolist() == [11, 11, 9, 11, 6, 2, 3]
     out = torch.zeros_like(q)
-    window_attention(q, k, v, out, cu, 3, int(seq_lens.max()), w, dim ** -0.5, softcap, ref_varlen, ref_merge)
+    window_attention(q, k, v, out, cu, 3, w, dim ** -0.5, softcap, ref_varlen, ref_merge)
     torch.testing.assert_close(out, plain, rtol=1e-10, atol=1e-10)
 
 
@@ -139,7 +143,7 @@ def test_the_prefix_is_read_once_per_group():
     calls = []
 
     def counting(**kw):
-        calls.append((len(kw["cu_seqlens_q"]) - 1, kw["causal"], kw["seqused_k"].tolist()))
+        calls.append((len(kw["cu_seqlens_q"]) - 1, kw["causal"], kw["seqused_k"].tolist(), kw["max_seqlen_k"]))
         return ref_varlen(**kw)
 
     table, scheduled, computed = _batch()
@@ -150,10 +154,10 @@ def test_the_prefix_is_read_once_per_group():
     seq_lens = torch.tensor(computed + scheduled, dtype=torch.int32)
     w = window_tensors(plan_windows(table, scheduled, computed, BS, min_prefix_tokens=8), torch.tensor(table),
                        seq_lens)
-    window_attention(q, k, v, torch.zeros_like(q), cu, 3, 30, w, 0.3, 0.0, counting, ref_merge)
+    window_attention(q, k, v, torch.zeros_like(q), cu, 3, w, 0.3, 0.0, counting, ref_merge)
     suffix, prefix = calls
-    assert suffix == (7, True, [11, 11, 9, 11, 6, 2, 3])  # every row, past its prefix
-    assert prefix == (2, False, [16, 16])  # one sequence per group, its prefix once, no mask
+    assert suffix == (7, True, [11, 11, 9, 11, 6, 2, 3], 11)  # every row, past its prefix
+    assert prefix == (2, False, [16, 16], 16)  # one sequence per group, its prefix once, no mask
 
 
 @pytest.mark.parametrize(("on", "value"), [(True, "1"), (False, "0")])
@@ -186,3 +190,59 @@ def test_the_step_plan_is_read_from_the_batchs_block_table_and_counted(monkeypat
         assert wa.plan_step(batch, np.full(7, 5), computed) is None  # all prefill: no plan for this step
     assert wa._STEP.plan is None
     assert "window attention: 1 of 2 engine steps, 2.0 windows per step" in caplog.text
+
+
+def _fake_vllm(monkeypatch, fa_version=3):
+    """vLLM's two modules that :func:`wa._runner_fits` reads, as doubles (no vLLM on the CPU machine)."""
+    import sys
+    import types
+
+    torch_utils = types.ModuleType("vllm.utils.torch_utils")
+    torch_utils.is_quantized_kv_cache = lambda dtype: dtype.startswith("fp8")
+    backend = types.ModuleType("vllm.v1.attention.backend")
+    backend.AttentionType = types.SimpleNamespace(DECODER="decoder")
+    flash = types.ModuleType("vllm.v1.attention.backends.flash_attn")
+    flash.get_flash_attn_version = lambda: fa_version
+    for name, module in [("vllm.utils.torch_utils", torch_utils), ("vllm.v1.attention.backend", backend),
+                         ("vllm.v1.attention.backends.flash_attn", flash)]:
+        monkeypatch.setitem(sys.modules, name, module)
+    wa._vllm_names.cache_clear()
+    monkeypatch.setattr(wa, "_vllm_names", functools.cache(wa._vllm_names.__wrapped__))
+
+
+def _runner(backends=("FLASH_ATTN",), cache_dtype="auto", kv_groups=1):
+    import types
+
+    group = [types.SimpleNamespace(backend=types.SimpleNamespace(get_name=lambda b=b: b)) for b in backends]
+    return types.SimpleNamespace(kv_cache_config=types.SimpleNamespace(kv_cache_groups=[object()] * kv_groups),
+                                 attn_groups=[group] * kv_groups, cache_config=types.SimpleNamespace(
+                                     cache_dtype=cache_dtype))
+
+
+@pytest.mark.parametrize(("engine", "fa_version", "fits"), [
+    ({}, 3, True),
+    ({"cache_dtype": "fp8"}, 3, False),  # an fp8 KV cache: vLLM's path (needs its descales)
+    ({"cache_dtype": "fp8_e4m3"}, 3, False),
+    ({"backends": ("FLASHINFER",)}, 3, False),
+    ({"backends": ("FLASH_ATTN", "FLASHINFER")}, 3, False),
+    ({"kv_groups": 2}, 3, False),  # e.g. sliding-window and full layers in two groups
+    ({}, 2, False),  # FlashAttention 2 (Ampere): the window path is tested on 3 only
+])
+def test_steps_are_planned_only_on_an_engine_the_window_path_covers(monkeypatch, caplog, engine, fa_version, fits):
+    import logging
+
+    _fake_vllm(monkeypatch, fa_version)
+    runner = _runner(**engine)
+    with caplog.at_level(logging.INFO, logger="ray.serve"):
+        assert wa._runner_fits(runner) is fits
+        assert wa._runner_fits(runner) is fits
+    assert runner._cosmos_window_fits is fits  # decided once per runner
+    assert caplog.text.count("window attention: ") == 1
+    assert ("window attention: on" in caplog.text) is fits
+
+
+def test_a_v2_model_runner_is_named_as_the_reason_the_window_path_is_off():
+    import types
+
+    assert "V2 model runner" in wa.inactive_reason(types.SimpleNamespace(use_v2_model_runner=True))
+    assert wa.inactive_reason(types.SimpleNamespace(use_v2_model_runner=False)) is None
