@@ -25,8 +25,8 @@ engine-core process (:mod:`serve_app.model.engines.engine_watch`). A step with a
 CUDA graph (vLLM does the same for its own cascade attention). An engine the window path does not cover
 (an attention backend other than FlashAttention 3, an fp8 KV cache, more than one KV-cache group, vLLM's V2
 model runner) gets no plan, so its steps keep their full CUDA graphs; a layer it does not cover (sliding
-windows, ALiBi, sinks, context parallelism) keeps vLLM's path in a planned step. Needs the engine argument ``disable_cascade_attn: false`` (vLLM 0.24 skips the runner's
-cascade step otherwise).
+windows, ALiBi, sinks, context parallelism) keeps vLLM's path in a planned step. Needs the engine
+argument ``disable_cascade_attn: false`` (vLLM 0.24 skips the runner's cascade step otherwise).
 """
 
 from __future__ import annotations
