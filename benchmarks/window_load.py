@@ -37,12 +37,18 @@ T = TypeVar("T")
 @dataclass(frozen=True)
 class WindowOutcome:
     """One window's request: HTTP status (0: no response), completion tokens summed over its answers,
-    and its send and end times in seconds from the run's start."""
+    its send and end times in seconds from the run's start, and where the server says the time went
+    (milliseconds from the response's ``timings``: the decoder's wall time, the first question's time from the
+    engine call to its first token, and the ingress's wall time from request in to answer out; None where the
+    response had none, e.g. an error or an engine-only loop)."""
 
     status: int
     completion_tokens: int
     sent_s: float
     ended_s: float
+    decode_ms: float | None = None
+    ttft_ms: float | None = None
+    server_total_ms: float | None = None
 
 
 async def ask_window(client: httpx.AsyncClient, url: str, path: Path, questions: list[str], t0: float) -> WindowOutcome:
@@ -65,11 +71,32 @@ async def ask_window(client: httpx.AsyncClient, url: str, path: Path, questions:
         r = await client.post(f"{url}/v1/video/query", json=body)
     except httpx.HTTPError:
         return WindowOutcome(0, 0, sent_s, time.perf_counter() - t0)
-    tokens = 0
-    if r.status_code == 200:
-        j = r.json()
-        tokens = sum(int(a["usage"]["completion_tokens"]) for a in j.get("answers") or [j])
-    return WindowOutcome(r.status_code, tokens, sent_s, time.perf_counter() - t0)
+    ended_s = time.perf_counter() - t0
+    if r.status_code != 200:
+        return WindowOutcome(r.status_code, 0, sent_s, ended_s)
+    j = r.json()
+    tokens = sum(int(a["usage"]["completion_tokens"]) for a in j.get("answers") or [j])
+    t = j.get("timings") or {}
+    return WindowOutcome(200, tokens, sent_s, ended_s, t.get("decode_ms"), t.get("ttft_ms"), t.get("total_ms"))
+
+
+def server_split_ms(outcomes: list[WindowOutcome]) -> dict[str, float] | None:
+    """Where a window's time went, as means in milliseconds over ``outcomes`` that carry the server's timings:
+    ``decode`` (decoder wall time), ``ttft`` (first question, engine call to first token), ``server_total``
+    (ingress wall time) and ``client_total`` (send to answer at the client). ``client_total - server_total`` is
+    the HTTP path (proxy, connection); ``server_total`` minus the engine's time (its per-request timings) is the
+    decode tier, the hand-offs and the handle queues. None when no outcome has them."""
+    timed = [o for o in outcomes if o.decode_ms is not None and o.ttft_ms is not None and o.server_total_ms is not None]
+    if not timed:
+        return None
+
+    def mean(values: list[float]) -> float:
+        return round(sum(values) / len(values), 1)
+
+    return {"windows": len(timed), "decode": mean([o.decode_ms or 0.0 for o in timed]),
+            "ttft": mean([o.ttft_ms or 0.0 for o in timed]),
+            "server_total": mean([o.server_total_ms or 0.0 for o in timed]),
+            "client_total": mean([(o.ended_s - o.sent_s) * 1000 for o in timed])}
 
 
 def _statuses(outcomes: list[WindowOutcome]) -> dict[str, int]:
@@ -96,7 +123,9 @@ def sustained_figures(outcomes: list[WindowOutcome], n_questions: int, warmup_s:
     windows (:func:`loadtest.statistics.percentiles`). ``ended_per_10s`` counts the answered windows by the
     10-s bin they ended in, from the start to ``end_s``: a closed loop started with every window at once ends
     them in cohorts (one latency apart) at first, and an interval that is not yet stationary shows as bins that
-    swing. ``windows_per_s_by_latency`` is the same rate by Little's law (L = λW; J. D. C. Little, "A proof for
+    swing. ``server_split_mean_ms`` is :func:`server_split_ms` over the counted windows (H200, 2026-12-03: 2.3 s
+    of fp8's 17.3-s loop passed outside the engine, against 0.6 s of bf16's 20.9 s, and nothing said where).
+    ``windows_per_s_by_latency`` is the same rate by Little's law (L = λW; J. D. C. Little, "A proof for
     the queuing formula L = λW", Operations Research 9(3), 1961): a closed loop that keeps ``concurrency``
     windows in flight and sends the next one as a window ends runs ``concurrency`` / mean latency windows/s,
     whichever way the interval cuts the cohorts (H200, 2026-12-03: 64 windows in lockstep, 31.5 s apart,
@@ -126,6 +155,7 @@ def sustained_figures(outcomes: list[WindowOutcome], n_questions: int, warmup_s:
             "latency_p50_s": lat["p50"], "latency_p95_s": lat["p95"],
             "completion_tokens_counted": sum(o.completion_tokens for o in counted),
             "ended_per_10s": bins,
+            "server_split_mean_ms": server_split_ms(counted),
             "ran_out_of_windows": ran_out}
 
 

@@ -49,6 +49,20 @@ def test_a_lockstep_loop_reads_the_same_rate_by_latency_wherever_the_interval_cu
     assert short["ended_per_10s"] == [0, 4, 4]
 
 
+def test_the_servers_split_is_averaged_over_the_counted_windows_that_carry_it():
+    outcomes = [
+        WindowOutcome(200, 256, 0.0, 9.0, 100.0, 1000.0, 8000.0),  # ended in the warm-up: not counted
+        WindowOutcome(200, 256, 1.0, 13.0, 300.0, 2000.0, 11000.0),
+        WindowOutcome(200, 256, 2.0, 18.0, 500.0, 4000.0, 15000.0),
+        WindowOutcome(200, 256, 3.0, 19.0),  # counted, but the response had no timings
+    ]
+    res = wl.sustained_figures(outcomes, 1, warmup_s=10.0, end_s=40.0, concurrency=3, ran_out=False)
+    assert res["counted"] == 3
+    assert res["server_split_mean_ms"] == {"windows": 2, "decode": 400.0, "ttft": 3000.0, "server_total": 13000.0,
+                                           "client_total": 14000.0}
+    assert wl.server_split_ms(outcomes[3:]) is None
+
+
 def test_no_rate_is_read_from_a_loop_that_stopped_within_its_warm_up():
     with pytest.raises(ValueError, match="warm-up"):
         wl.sustained_figures([WindowOutcome(200, 256, 0.0, 1.0)], 1, warmup_s=5.0, end_s=3.0, concurrency=1,
@@ -76,7 +90,8 @@ def _serve(monkeypatch: pytest.MonkeyPatch, delay_s: float) -> Double:
         await asyncio.sleep(delay_s)
         seen.in_flight -= 1
         answers = [{"usage": {"completion_tokens": 256}} for _ in body["questions"]]
-        return httpx.Response(200, json={"answers": answers})
+        timings = {"decode_ms": 120.5, "queue_ms": 1.0, "model_ms": 900.0, "ttft_ms": 300.25, "total_ms": 1500.0}
+        return httpx.Response(200, json={"answers": answers, "timings": timings})
 
     real = httpx.AsyncClient
     monkeypatch.setattr(httpx, "AsyncClient", lambda **kw: real(transport=httpx.MockTransport(handler), **kw))
@@ -94,6 +109,10 @@ def test_the_loop_keeps_the_concurrency_in_flight_and_sends_no_window_twice(monk
     assert res["windows_used"] == len(paths) < len(files) and not res["ran_out_of_windows"]
     assert res["counted"] > 0 and res["measured_s"] == pytest.approx(0.3)
     assert res["completion_tokens_counted"] == res["counted"] * 3 * 256
+    split = res["server_split_mean_ms"]  # read from each response's timings
+    assert (split["windows"], split["decode"], split["ttft"], split["server_total"]) == (res["counted"], 120.5,
+                                                                                         300.2, 1500.0)
+    assert split["client_total"] >= 20.0  # the double waits 0.02 s before it answers
 
 
 def test_a_staggered_loop_spreads_its_first_sends_and_then_keeps_the_concurrency(monkeypatch, tmp_path):
