@@ -22,6 +22,8 @@ one JSON result with its command. Steps (``--steps``, in order, comma-separated)
   (:mod:`benchmarks.window_load`: a burst's wall time includes its ramp and drain, longer with 3 questions),
   and by Little's law (``--burst`` / mean latency); ``--sustain-stagger-s`` spreads the first sends (all at once,
   the loop runs in lockstep cohorts). Needs ``--burst`` + ~3 windows/s × ``--sustain-s`` new windows per step.
+  ``sustainNxC`` (``sustain1x96``) keeps C windows in flight instead of ``--burst``: steps at several C on one
+  server show whether a loop saturated the engine (its windows/s stops rising with C).
 * ``kill``: SIGKILL of the model replica's worker while ``--kill-load`` clients keep asking; the time
   to the next answered query, every request's outcome meanwhile, when the killed replica's own engine
   core was gone, and when its replacement was ready (``replaced_s``; with replicas sharing a GPU,
@@ -193,9 +195,10 @@ class Lifecycle:
         res = asyncio.run(window_load.burst(self.url, chosen, list(QUESTIONS[:n_questions])))
         return {**res, "first_window": chosen[0].name}
 
-    def sustain(self, n_questions: int) -> dict[str, Any]:
-        """``--burst`` windows kept in flight for ``--sustain-s`` seconds, each with ``n_questions`` questions;
-        windows/s over the windows that end after ``--sustain-warmup-s`` (:func:`benchmarks.window_load.sustain`).
+    def sustain(self, n_questions: int, in_flight: int | None = None) -> dict[str, Any]:
+        """``in_flight`` windows (default ``--burst``) kept in flight for ``--sustain-s`` seconds, each with
+        ``n_questions`` questions; windows/s over the windows that end after ``--sustain-warmup-s``
+        (:func:`benchmarks.window_load.sustain`).
 
         Takes the next windows of ``--windows-dir`` in order, none twice and none of the last
         :data:`QUERY_WINDOWS` (the single queries'); sending stops early if they run out (the result says so).
@@ -203,7 +206,8 @@ class Lifecycle:
         files = sorted(Path(self.args.windows_dir).glob("*.mp4"))[:-QUERY_WINDOWS]
         offset = self.args.burst_offset
         chosen = files[offset:]
-        res = asyncio.run(window_load.sustain(self.url, chosen, list(QUESTIONS[:n_questions]), self.args.burst,
+        res = asyncio.run(window_load.sustain(self.url, chosen, list(QUESTIONS[:n_questions]),
+                                              in_flight or self.args.burst,
                                               self.args.sustain_s, self.args.sustain_warmup_s,
                                               self.args.sustain_stagger_s))
         self.args.burst_offset += res["windows_used"]
@@ -308,11 +312,32 @@ class Lifecycle:
         return res
 
 
+#: The step names ``--steps`` takes (see the module doc).
+STEP_FORMS = ("start", "burst", r"questions\d", r"sustain\d(x[1-9]\d*)?", "kill", "stop-(sigint|shutdown|ray)")
+
+
+def parse_steps(text: str) -> list[str]:
+    """The comma-separated ``--steps`` as a list, every name checked before anything starts (a typo found after
+    a 2-minute GPU start costs the start).
+
+    Raises:
+        ValueError: an empty list, or a name that matches none of :data:`STEP_FORMS` (named in the message).
+    """
+    steps = [s.strip() for s in text.split(",")]
+    bad = [s for s in steps if not any(re.fullmatch(form, s) for form in STEP_FORMS)]
+    if bad or not text.strip():
+        raise ValueError(f"unknown steps {bad or [text]}: each must be start, burst, questionsN, sustainN or "
+                         "sustainNxC (C windows in flight), kill, or stop-sigint|shutdown|ray")
+    return steps
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", required=True)
     ap.add_argument("--set", nargs="*", default=[], help="key=value overrides (python -m serve_app.config override)")
-    ap.add_argument("--steps", default="start,burst,burst,kill,stop-sigint")
+    ap.add_argument("--steps", default="start,burst,burst,kill,stop-sigint",
+                    help="comma-separated, in order: start, burst, questionsN, sustainN[xC], kill, stop-sigint|"
+                         "shutdown|ray (checked before anything starts)")
     ap.add_argument("--windows-dir", required=True, help="folder of 10-s window files (under sources.allowed_roots)")
     ap.add_argument("--tokenizer", required=True, help="the checkpoint folder, for vllm bench serve")
     ap.add_argument("--burst", type=int, default=64, help="windows per burst, and in flight in a sustainN step")
@@ -327,6 +352,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stop-wait-s", type=float, default=60)
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
+    try:
+        steps = parse_steps(args.steps)
+    except ValueError as e:
+        ap.error(str(e))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)  # a new folder for this run's files
     args.derived = str(Path(args.out).parent / "lifecycle_config.yaml")
     args.burst_offset = 0
@@ -335,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
                    check=True)
     run = Lifecycle(args)
     try:
-        for step in args.steps.split(","):
+        for step in steps:
             t0 = time.time()
             if step == "start":
                 res = run.start()
@@ -343,8 +372,8 @@ def main(argv: list[str] | None = None) -> int:
                 res = run.burst()
             elif m := re.fullmatch(r"questions(\d)", step):
                 res = run.questions(int(m.group(1)))
-            elif m := re.fullmatch(r"sustain(\d)", step):
-                res = run.sustain(int(m.group(1)))
+            elif m := re.fullmatch(r"sustain(\d)(?:x(\d+))?", step):
+                res = run.sustain(int(m.group(1)), int(m.group(2)) if m.group(2) else None)
             elif step == "kill":
                 res = run.kill()
             elif step.startswith("stop-"):

@@ -1,9 +1,13 @@
-"""The lifecycle bench's log reading: the model replica's start phases from a `serve run` log."""
+"""The lifecycle bench: its log reading (the model replica's start phases from a `serve run` log), its steps, and
+its step names checked before anything starts."""
 
 from __future__ import annotations
 
 from datetime import datetime
 
+import pytest
+
+import benchmarks.lifecycle as lc
 from benchmarks.lifecycle_log import line_time, replicas_ready_s, start_phases
 
 # Lines as `serve run configs/h200.yaml` printed them on the H200 (results/gpu/lifecycle/, shortened).
@@ -65,8 +69,6 @@ def test_the_questions_step_sends_distinct_windows_with_n_questions_and_counts_t
     import json
 
     import httpx
-
-    import benchmarks.lifecycle as lc
 
     for i in range(6):
         (tmp_path / f"w{i:02d}.mp4").write_bytes(b"")
@@ -186,3 +188,25 @@ def test_a_refused_deploy_is_read_from_the_serve_log_so_the_start_stops_waiting(
     assert deploy_failure(log) == "this machine cannot run the config's deployments: 2.6 CPUs"
     assert deploy_failure(log.split("ERROR")[0]) is None  # still deploying
     assert deploy_failure(log.rsplit("\x1b[36m", 1)[0]) is None  # the reason's line not written yet
+
+
+@pytest.mark.parametrize("steps", ["start,sustain1,sustian3,stop-sigint", "sustain1x0", "stop-kill", "questions",
+                                   "start,,burst", ""])
+def test_a_misspelt_step_stops_the_run_before_anything_starts(monkeypatch, tmp_path, capsys, steps):
+    def no_start(*a, **kw):
+        raise AssertionError("nothing may start before the steps are checked")
+
+    monkeypatch.setattr(lc.subprocess, "run", no_start)
+    monkeypatch.setattr(lc, "Lifecycle", no_start)
+    with pytest.raises(SystemExit) as e:
+        lc.main(["--config", "configs/cpu.yaml", "--windows-dir", str(tmp_path), "--tokenizer", "none",
+                 "--steps", steps, "--out", str(tmp_path / "out" / "lifecycle.json")])
+    assert e.value.code == 2
+    assert "unknown steps" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_every_documented_step_form_is_accepted():
+    steps = "start,burst,questions3,sustain1,sustain3x96,kill,stop-sigint,stop-shutdown,stop-ray"
+    assert lc.parse_steps(steps) == steps.split(",")
+

@@ -157,3 +157,15 @@ def test_the_sustain_step_takes_new_windows_and_leaves_the_single_queries_ones(m
     assert names == [f"win-{i:03d}.mp4" for i in range(4, 10)]  # the 16 last are the single queries'
     assert res["ran_out_of_windows"] and res["first_window"] == "win-004.mp4"
     assert run.args.burst_offset == 10  # a later step takes windows no step used
+
+
+def test_a_sustain_step_named_with_a_count_keeps_that_many_in_flight(monkeypatch, tmp_path):
+    seen = _serve(monkeypatch, delay_s=0.05)
+    for i in range(lc.QUERY_WINDOWS + 60):
+        (tmp_path / f"win-{i:03d}.mp4").write_bytes(b"")
+    run = object.__new__(lc.Lifecycle)
+    run.args = argparse.Namespace(burst=2, windows_dir=str(tmp_path), burst_offset=0, sustain_s=0.3,
+                                  sustain_warmup_s=0.0, sustain_stagger_s=0.0)
+    run.url = "http://127.0.0.1:1"
+    res = run.sustain(1, 5)
+    assert seen.most == 5 and res["concurrency"] == 5  # not --burst's 2
