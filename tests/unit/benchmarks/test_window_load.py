@@ -144,14 +144,21 @@ def test_the_loop_says_when_the_windows_ran_out(monkeypatch, tmp_path):
     assert res["measured_s"] < 30.0
 
 
-def test_the_sustain_step_takes_new_windows_and_leaves_the_single_queries_ones(monkeypatch, tmp_path):
-    seen = _serve(monkeypatch, delay_s=0.01)
-    for i in range(lc.QUERY_WINDOWS + 10):
-        (tmp_path / f"win-{i:03d}.mp4").write_bytes(b"")
+def _lifecycle(folder: Path, windows: int, burst_offset: int, sustain_s: float) -> lc.Lifecycle:
+    """A lifecycle run (no server started) with ``--burst 2`` over ``windows`` new window files in ``folder``
+    (plus the single queries' last ones), pointed at the double's address."""
+    for i in range(lc.QUERY_WINDOWS + windows):
+        (folder / f"win-{i:03d}.mp4").write_bytes(b"")
     run = object.__new__(lc.Lifecycle)
-    run.args = argparse.Namespace(burst=2, windows_dir=str(tmp_path), burst_offset=4, sustain_s=30.0,
+    run.args = argparse.Namespace(burst=2, windows_dir=str(folder), burst_offset=burst_offset, sustain_s=sustain_s,
                                   sustain_warmup_s=0.0, sustain_stagger_s=0.0)
     run.url = "http://127.0.0.1:1"
+    return run
+
+
+def test_the_sustain_step_takes_new_windows_and_leaves_the_single_queries_ones(monkeypatch, tmp_path):
+    seen = _serve(monkeypatch, delay_s=0.01)
+    run = _lifecycle(tmp_path, windows=10, burst_offset=4, sustain_s=30.0)
     res = run.sustain(1)
     names = [Path(p).name for p in seen.paths]
     assert names == [f"win-{i:03d}.mp4" for i in range(4, 10)]  # the 16 last are the single queries'
@@ -161,11 +168,6 @@ def test_the_sustain_step_takes_new_windows_and_leaves_the_single_queries_ones(m
 
 def test_a_sustain_step_named_with_a_count_keeps_that_many_in_flight(monkeypatch, tmp_path):
     seen = _serve(monkeypatch, delay_s=0.05)
-    for i in range(lc.QUERY_WINDOWS + 60):
-        (tmp_path / f"win-{i:03d}.mp4").write_bytes(b"")
-    run = object.__new__(lc.Lifecycle)
-    run.args = argparse.Namespace(burst=2, windows_dir=str(tmp_path), burst_offset=0, sustain_s=0.3,
-                                  sustain_warmup_s=0.0, sustain_stagger_s=0.0)
-    run.url = "http://127.0.0.1:1"
+    run = _lifecycle(tmp_path, windows=60, burst_offset=0, sustain_s=0.3)
     res = run.sustain(1, 5)
     assert seen.most == 5 and res["concurrency"] == 5  # not --burst's 2
