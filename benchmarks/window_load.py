@@ -39,8 +39,9 @@ class WindowOutcome:
     """One window's request: HTTP status (0: no response), completion tokens summed over its answers,
     its send and end times in seconds from the run's start, and where the server says the time went
     (milliseconds from the response's ``timings``: the decoder's wall time, the first question's time from the
-    engine call to its first token, and the ingress's wall time from request in to answer out; None where the
-    response had none, e.g. an error or an engine-only loop)."""
+    model replica's engine call to its first token and to its last chunk (``queue_ms + model_ms``), and the
+    ingress's wall time from request in to answer out; None where the response had none, e.g. an error or an
+    engine-only loop)."""
 
     status: int
     completion_tokens: int
@@ -49,6 +50,7 @@ class WindowOutcome:
     decode_ms: float | None = None
     ttft_ms: float | None = None
     server_total_ms: float | None = None
+    replica_ms: float | None = None
 
 
 async def ask_window(client: httpx.AsyncClient, url: str, path: Path, questions: list[str], t0: float) -> WindowOutcome:
@@ -77,15 +79,20 @@ async def ask_window(client: httpx.AsyncClient, url: str, path: Path, questions:
     j = r.json()
     tokens = sum(int(a["usage"]["completion_tokens"]) for a in j.get("answers") or [j])
     t = j.get("timings") or {}
-    return WindowOutcome(200, tokens, sent_s, ended_s, t.get("decode_ms"), t.get("ttft_ms"), t.get("total_ms"))
+    replica_ms = None if t.get("model_ms") is None else (t.get("queue_ms") or 0.0) + t["model_ms"]
+    return WindowOutcome(200, tokens, sent_s, ended_s, t.get("decode_ms"), t.get("ttft_ms"), t.get("total_ms"),
+                         replica_ms)
 
 
 def server_split_ms(outcomes: list[WindowOutcome]) -> dict[str, float] | None:
     """Where a window's time went, as means in milliseconds over ``outcomes`` that carry the server's timings:
-    ``decode`` (decoder wall time), ``ttft`` (first question, engine call to first token), ``server_total``
-    (ingress wall time) and ``client_total`` (send to answer at the client). ``client_total - server_total`` is
-    the HTTP path (proxy, connection); ``server_total`` minus the engine's time (its per-request timings) is the
-    decode tier, the hand-offs and the handle queues. None when no outcome has them."""
+    ``decode`` (decoder wall time), ``ttft`` (first question, engine call to first token), ``replica`` (first
+    question, the model replica's engine call to its last chunk; with one question the whole answer),
+    ``server_total`` (ingress wall time) and ``client_total`` (send to answer at the client).
+    ``client_total - server_total`` is the HTTP path (proxy, connection); ``server_total - decode - replica`` (one
+    question) the hand-offs between the tiers and the answer's way back to the ingress; ``replica`` minus vLLM's
+    own time for the request (its per-request timings) what the replica adds around the engine. ``replica`` is
+    left out where the responses lack it. None when no outcome has the timings."""
     timed = [o for o in outcomes if o.decode_ms is not None and o.ttft_ms is not None and o.server_total_ms is not None]
     if not timed:
         return None
@@ -93,9 +100,11 @@ def server_split_ms(outcomes: list[WindowOutcome]) -> dict[str, float] | None:
     def mean(values: list[float]) -> float:
         return round(sum(values) / len(values), 1)
 
-    return {"windows": len(timed), "decode": mean([o.decode_ms or 0.0 for o in timed]),
-            "ttft": mean([o.ttft_ms or 0.0 for o in timed]),
-            "server_total": mean([o.server_total_ms or 0.0 for o in timed]),
+    split = {"windows": len(timed), "decode": mean([o.decode_ms or 0.0 for o in timed]),
+             "ttft": mean([o.ttft_ms or 0.0 for o in timed])}
+    if all(o.replica_ms is not None for o in timed):
+        split["replica"] = mean([o.replica_ms or 0.0 for o in timed])
+    return {**split, "server_total": mean([o.server_total_ms or 0.0 for o in timed]),
             "client_total": mean([(o.ended_s - o.sent_s) * 1000 for o in timed])}
 
 

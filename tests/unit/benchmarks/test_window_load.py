@@ -52,15 +52,17 @@ def test_a_lockstep_loop_reads_the_same_rate_by_latency_wherever_the_interval_cu
 def test_the_servers_split_is_averaged_over_the_counted_windows_that_carry_it():
     outcomes = [
         WindowOutcome(200, 256, 0.0, 9.0, 100.0, 1000.0, 8000.0),  # ended in the warm-up: not counted
-        WindowOutcome(200, 256, 1.0, 13.0, 300.0, 2000.0, 11000.0),
-        WindowOutcome(200, 256, 2.0, 18.0, 500.0, 4000.0, 15000.0),
+        WindowOutcome(200, 256, 1.0, 13.0, 300.0, 2000.0, 11000.0, 10000.0),
+        WindowOutcome(200, 256, 2.0, 18.0, 500.0, 4000.0, 15000.0, 12000.0),
         WindowOutcome(200, 256, 3.0, 19.0),  # counted, but the response had no timings
     ]
     res = wl.sustained_figures(outcomes, 1, warmup_s=10.0, end_s=40.0, concurrency=3, ran_out=False)
     assert res["counted"] == 3
-    assert res["server_split_mean_ms"] == {"windows": 2, "decode": 400.0, "ttft": 3000.0, "server_total": 13000.0,
-                                           "client_total": 14000.0}
+    assert res["server_split_mean_ms"] == {"windows": 2, "decode": 400.0, "ttft": 3000.0, "replica": 11000.0,
+                                           "server_total": 13000.0, "client_total": 14000.0}
     assert wl.server_split_ms(outcomes[3:]) is None
+    no_replica = wl.server_split_ms([WindowOutcome(200, 256, 1.0, 13.0, 300.0, 2000.0, 11000.0)])
+    assert no_replica is not None and "replica" not in no_replica and no_replica["server_total"] == 11000.0
 
 
 def test_no_rate_is_read_from_a_loop_that_stopped_within_its_warm_up():
@@ -112,6 +114,7 @@ def test_the_loop_keeps_the_concurrency_in_flight_and_sends_no_window_twice(monk
     split = res["server_split_mean_ms"]  # read from each response's timings
     assert (split["windows"], split["decode"], split["ttft"], split["server_total"]) == (res["counted"], 120.5,
                                                                                          300.2, 1500.0)
+    assert split["replica"] == 901.0  # queue_ms + model_ms
     assert split["client_total"] >= 20.0  # the double waits 0.02 s before it answers
 
 
