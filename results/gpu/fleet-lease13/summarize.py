@@ -35,8 +35,11 @@ def _outside_engine_ms(run: str, step: dict[str, Any], skip: int) -> dict[str, A
     first = [r for r in rows if r["completion_tokens"] == 256 and r["cached_tokens"] == 0][skip: skip + step["sent"]]
     engine = statistics.mean(r["frontend_ms"] + r["engine_queue_ms"] + r["prefill_ms"] + r["decode_ms"]
                              for r in first)
+    to_first = statistics.mean(r["frontend_ms"] + r["engine_queue_ms"] + r["prefill_ms"] for r in first)
     return {"rows": len(first), "engine_side_mean_ms": round(engine), "outside_engine_mean_ms":
-            round(step["latency_mean_s"] * 1000 - engine)}
+            round(step["latency_mean_s"] * 1000 - engine),
+            # against the replica's own ttft (server_split_mean_ms.ttft): do the two views agree up to the first token?
+            "engine_side_to_first_token_mean_ms": round(to_first)}
 
 
 def _window_lines(log: Path) -> list[dict[str, float]]:
