@@ -35,6 +35,8 @@
 set -uo pipefail
 export PYTHONPATH=/root/site:$PWD PATH=/root/site/bin:$PATH VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+# Where graph-start keeps the name of COSMOS_SERVE_ENGINE_TIMINGS's file for burst (a later call).
+TIMINGS_NAME=${ENGINE_TIMINGS_NAME_FILE:-/tmp/engine_timings.path}
 CK=$PWD/checkpoints/cosmos-reason1-7b-dummy
 CLIP=intel_one-by-one-person-detection.mp4
 # The first questions of benchmarks.workload.QUESTIONS (the same set as the 1-vs-3 burst).
@@ -107,6 +109,9 @@ case "$phase" in
       model.allow_ignore_eos=true "sources.allowed_roots=[\"$PWD/.gpu-clips\",\"/tmp/xwin\"]" streams.max_streams=256 \
       streams.max_frame_memory_bytes=34359738368 \
       model.engine_args.enable_prefix_caching=$([ "${PREFIX_CACHING:-1}" = 1 ] && echo true || echo false) "$@" || exit 5
+    # burst runs in a later device call, whose shell lacks this one's environment: it reads the timings file's
+    # name from here (2026-12-05: the fourteenth lease's timings had to be fetched by hand).
+    echo "${COSMOS_SERVE_ENGINE_TIMINGS:-}" > "$TIMINGS_NAME"
     cp /tmp/derived.yaml "$OUT/fleet_graph_config.yaml" ;;
   crosscheck)
     # Issue 26's cross-check with a tool no one here wrote. The windows are cut once (benchmarks.workload:
@@ -150,15 +155,16 @@ PY
     # lease: 0 cached tokens for every first question of the second run); a sustainN step takes BURST + ~3/s x
     # SUSTAIN_S: `prep 800 .gpu-clips/intel_one-by-one-person-detection.mp4` for three). With
     # COSMOS_SERVE_ENGINE_TIMINGS set at graph-start, vLLM's per-request timings (prefix-cache hits per
-    # question) are copied beside the result.
+    # question) are copied beside the result (graph-start keeps the file's name in $TIMINGS_NAME).
     name=${1:?NAME}; steps=${2:-questions1,questions3,questions1,questions3}
     python3 -m benchmarks.lifecycle --config /tmp/derived.yaml --windows-dir /tmp/xwin --tokenizer "$CK" \
       --steps "$steps" --burst "${BURST:-64}" --sustain-s "${SUSTAIN_S:-60}" \
       --sustain-warmup-s "${SUSTAIN_WARMUP_S:-20}" --sustain-stagger-s "${SUSTAIN_STAGGER_S:-0}" --out "$OUT/$name/lifecycle.json" \
       > "$OUT/$name.log" 2>&1
     echo "== burst $name rc=$?"; grep -E "^==|Error|Traceback" "$OUT/$name.log" | cut -c1-400
-    if [ -n "${COSMOS_SERVE_ENGINE_TIMINGS:-}" ] && [ -f "$COSMOS_SERVE_ENGINE_TIMINGS" ]; then
-      gzip -c "$COSMOS_SERVE_ENGINE_TIMINGS" > "$OUT/$name/engine_timings.jsonl.gz"
+    timings=${COSMOS_SERVE_ENGINE_TIMINGS:-$(cat "$TIMINGS_NAME" 2>/dev/null)}
+    if [ -n "$timings" ] && [ -f "$timings" ]; then
+      mkdir -p "$OUT/$name"; gzip -c "$timings" > "$OUT/$name/engine_timings.jsonl.gz"
     fi ;;
   stop)
     if [ -f /tmp/plain_server.log ]; then
@@ -167,7 +173,8 @@ PY
     fi
     if [ -f /tmp/serve.log ]; then
       gzip -c /tmp/serve.log > "$OUT/fleet_graph_serve.log.gz"
-      RAY_AUTH_MODE=token serve shutdown -y >/dev/null 2>&1; sleep 5; ray stop --force >/dev/null 2>&1; rm -f /tmp/serve.log
+      RAY_AUTH_MODE=token serve shutdown -y >/dev/null 2>&1; sleep 5; ray stop --force >/dev/null 2>&1
+      rm -f /tmp/serve.log "$TIMINGS_NAME"
     fi
     nvidia-smi --query-gpu=memory.used --format=csv,noheader ;;
   *) echo "unknown phase $phase"; exit 2 ;;

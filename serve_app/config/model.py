@@ -229,9 +229,9 @@ class ModelConfig(_Model):
         "instead of once per question. Applies to decode rows that share at least 256 tokens of whole KV blocks, "
         "with FlashAttention 3 and a bf16/fp16 KV cache; other steps and layers keep vLLM's attention. A step "
         "that uses it runs without a full CUDA graph. Sets the engine argument disable_cascade_attn to false. "
-        "Matches FlashAttention on the H200. In the graph on an H100, 3 questions per window ran at 0.848 of 1 "
-        "question's windows/s with it (results/gpu/fleet-lease13/), with no run without it on that machine: off "
-        "until measured against that control and checked with real weights.",
+        "Matches FlashAttention on the H200. In the graph on an H100 it gave no measurable gain against its "
+        "control (3 questions per window: 0.976x by latency, 1.013x counted; results/gpu/fleet-lease14/): off "
+        "until it shows one and is checked with real weights.",
     )
     stream_interval_ms: float = Field(
         50.0,

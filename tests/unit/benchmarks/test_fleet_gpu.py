@@ -1,0 +1,60 @@
+"""benchmarks/fleet_gpu.sh on the CPU: the phases that need no server.
+
+``burst`` runs in a later device call than ``graph-start``, so the engine timings file named by
+``COSMOS_SERVE_ENGINE_TIMINGS`` at graph-start must reach it through a file, not the environment (the fourteenth
+lease's timings were fetched by hand). A misspelt step makes ``benchmarks.lifecycle`` exit 2 before anything
+starts, which lets the copy run here without a GPU or a server.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+SCRIPT = ROOT / "benchmarks" / "fleet_gpu.sh"
+
+pytestmark = pytest.mark.skipif(not shutil.which("gzip"), reason="needs gzip")
+
+
+def _burst(tmp_path: Path, name_file: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """``burst NAME bogus`` with this interpreter's ``python3`` first on PATH, the results under tmp_path/out."""
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    run_env = {k: v for k, v in os.environ.items() if k != "COSMOS_SERVE_ENGINE_TIMINGS"}
+    run_env.update(PATH=path, OUT=str(tmp_path / "out"), ENGINE_TIMINGS_NAME_FILE=str(name_file), **env)
+    return subprocess.run(["bash", str(SCRIPT), "burst", "run1", "bogus"], cwd=ROOT, env=run_env,
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_burst_copies_the_timings_named_at_graph_start(tmp_path: Path) -> None:
+    timings = tmp_path / "et.jsonl"
+    timings.write_text('{"request_id": "r1", "completion_tokens": 256}\n')
+    name_file = tmp_path / "timings.path"
+    name_file.write_text(f"{timings}\n")  # as graph-start writes it
+    result = _burst(tmp_path, name_file)
+    assert "== burst run1 rc=2" in result.stdout  # the misspelt step: lifecycle stopped before starting
+    copied = tmp_path / "out" / "run1" / "engine_timings.jsonl.gz"
+    assert gzip.decompress(copied.read_bytes()).decode() == timings.read_text()
+
+
+def test_the_environment_still_names_the_timings_first(tmp_path: Path) -> None:
+    named, env_file = tmp_path / "named.jsonl", tmp_path / "env.jsonl"
+    named.write_text("named\n")
+    env_file.write_text("from the environment\n")
+    name_file = tmp_path / "timings.path"
+    name_file.write_text(f"{named}\n")
+    _burst(tmp_path, name_file, COSMOS_SERVE_ENGINE_TIMINGS=str(env_file))
+    copied = tmp_path / "out" / "run1" / "engine_timings.jsonl.gz"
+    assert gzip.decompress(copied.read_bytes()).decode() == "from the environment\n"
+
+
+def test_no_timings_without_a_named_file(tmp_path: Path) -> None:
+    result = _burst(tmp_path, tmp_path / "absent.path")
+    assert "== burst run1 rc=2" in result.stdout
+    assert not (tmp_path / "out" / "run1" / "engine_timings.jsonl.gz").exists()
