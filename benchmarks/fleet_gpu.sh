@@ -105,6 +105,9 @@ case "$phase" in
     done ;;
   graph-start)
     config=configs/h200.yaml; case "${1:-}" in configs/*) config=$1; shift;; esac
+    # With the engine timings, the model replica's event-loop lag too (serve_app/model/loop_lag.py), beside them.
+    [ -n "${COSMOS_SERVE_ENGINE_TIMINGS:-}" ] && \
+      export COSMOS_SERVE_LOOP_LAG=${COSMOS_SERVE_LOOP_LAG:-${COSMOS_SERVE_ENGINE_TIMINGS%.jsonl}.loop_lag.jsonl}
     bash benchmarks/gpu_machine.sh serve "$config" model.model_id=$CK model.engine_args.load_format=dummy \
       model.allow_ignore_eos=true "sources.allowed_roots=[\"$PWD/.gpu-clips\",\"/tmp/xwin\"]" streams.max_streams=256 \
       streams.max_frame_memory_bytes=34359738368 \
@@ -155,7 +158,8 @@ PY
     # lease: 0 cached tokens for every first question of the second run); a sustainN step takes BURST + ~3/s x
     # SUSTAIN_S: `prep 800 .gpu-clips/intel_one-by-one-person-detection.mp4` for three). With
     # COSMOS_SERVE_ENGINE_TIMINGS set at graph-start, vLLM's per-request timings (prefix-cache hits per
-    # question) are copied beside the result (graph-start keeps the file's name in $TIMINGS_NAME).
+    # question) are copied beside the result (graph-start keeps the file's name in $TIMINGS_NAME), and the model
+    # replica's event-loop lag with them.
     name=${1:?NAME}; steps=${2:-questions1,questions3,questions1,questions3}
     python3 -m benchmarks.lifecycle --config /tmp/derived.yaml --windows-dir /tmp/xwin --tokenizer "$CK" \
       --steps "$steps" --burst "${BURST:-64}" --sustain-s "${SUSTAIN_S:-60}" \
@@ -165,6 +169,8 @@ PY
     timings=${COSMOS_SERVE_ENGINE_TIMINGS:-$(cat "$TIMINGS_NAME" 2>/dev/null)}
     if [ -n "$timings" ] && [ -f "$timings" ]; then
       mkdir -p "$OUT/$name"; gzip -c "$timings" > "$OUT/$name/engine_timings.jsonl.gz"
+      lag=${timings%.jsonl}.loop_lag.jsonl  # graph-start's COSMOS_SERVE_LOOP_LAG: the replica's loop lag so far
+      [ -f "$lag" ] && gzip -c "$lag" > "$OUT/$name/loop_lag.jsonl.gz"
     fi ;;
   stop)
     if [ -f /tmp/plain_server.log ]; then

@@ -31,6 +31,7 @@ from serve_app.model.engines.base import Engine, GenerationRequest
 from serve_app.model.engines.factory import create_engine
 from serve_app.model.generation import answer_stream, new_engine_request_id
 from serve_app.model.gpu_start_lock import gpu_start_lock
+from serve_app.model.loop_lag import LOOP_LAG_ENV, append_to, watch_loop_lag
 from serve_app.model.prompt import render_prompt
 from serve_app.model.sampling_options import sampling_options
 from serve_app.protocol import ClipQuestion, DecodedClip, ErrorInfo, ModelChunk
@@ -120,6 +121,9 @@ class VideoModel:
             if self.config.model.warmup:
                 await self._warmup()
         self.start_s = time.perf_counter() - t0
+        lag_path = os.environ.get(LOOP_LAG_ENV)
+        # bench only: the event loop's lag, sampled from now on (serve_app/model/loop_lag.py)
+        self._lag_task = asyncio.create_task(watch_loop_lag(append_to(lag_path))) if lag_path else None
         logger.info(
             "model replica ready in %.1f s (backend %s, model %s, random weights %s)",
             self.start_s,
@@ -208,6 +212,9 @@ class VideoModel:
     def __del__(self) -> Awaitable[None] | None:
         """Serve's shutdown hook: when the replica stops, Serve calls this and awaits what it returns
         (the engine's shutdown). Later calls (the garbage collector's) find no engine and do nothing."""
+        lag_task = self.__dict__.pop("_lag_task", None)
+        if lag_task is not None:
+            lag_task.cancel()
         engine = self.__dict__.pop("engine", None)
         return None if engine is None else self._shutdown(engine)
 

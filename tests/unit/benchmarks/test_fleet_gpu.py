@@ -58,3 +58,14 @@ def test_no_timings_without_a_named_file(tmp_path: Path) -> None:
     result = _burst(tmp_path, tmp_path / "absent.path")
     assert "== burst run1 rc=2" in result.stdout
     assert not (tmp_path / "out" / "run1" / "engine_timings.jsonl.gz").exists()
+
+
+def test_the_replicas_loop_lag_comes_with_the_timings(tmp_path: Path) -> None:
+    timings = tmp_path / "et.jsonl"
+    timings.write_text("{}\n")
+    (tmp_path / "et.loop_lag.jsonl").write_text('{"samples": 500, "lag_max_ms": 12.5}\n')  # as graph-start names it
+    name_file = tmp_path / "timings.path"
+    name_file.write_text(f"{timings}\n")
+    _burst(tmp_path, name_file)
+    copied = tmp_path / "out" / "run1" / "loop_lag.jsonl.gz"
+    assert gzip.decompress(copied.read_bytes()).decode() == '{"samples": 500, "lag_max_ms": 12.5}\n'
