@@ -191,11 +191,12 @@ class VLLMEngine(Engine):
         prompt_tokens: int | None = None
         cached_tokens: int | None = None
         m: Any = None  # vLLM's RequestStateStats of the last output
-        received: list[float] = []  # perf_counter when this generator got its first and its latest output
+        first_s: float | None = None  # perf_counter when this generator got its first and its latest output
+        last_s = 0.0
         try:
             async for out in self.llm.generate(engine_input, params, request.request_id, prompt_text=request.prompt):
-                now = time.perf_counter()
-                received[:] = [received[0] if received else now, now]
+                last_s = time.perf_counter()
+                first_s = last_s if first_s is None else first_s
                 release()  # the first output: the prompt's blocks are written
                 if prompt_tokens is None and out.prompt_token_ids is not None:
                     prompt_tokens = len(out.prompt_token_ids)
@@ -217,7 +218,7 @@ class VLLMEngine(Engine):
             release()  # failed, aborted or finished: the clip's other questions go now
             if self._timings_path:
                 row = timings_row(request.request_id, t_submit, t_engine, stage, m, n_out, prompt_tokens, cached_tokens,
-                                  received)
+                                  None if first_s is None else [first_s, last_s])
                 self._append_timings(self._timings_path, row)
 
     def _process(self, request: GenerationRequest, params: Any, stage: dict[str, float]) -> Any:
