@@ -22,6 +22,8 @@
 #                                                         # SUSTAIN_S (60) s, the rate read after SUSTAIN_WARMUP_S (20) s (the
 #                                                         # sustained windows/s, without a burst's ramp and drain;
 #                                                         # SUSTAIN_STAGGER_S (0): the first sends spread over it)
+#                                                         # STACKS_AT_S=60,62: the model replica's thread stacks then
+#                                                         # (graph-start with COSMOS_SERVE_STACKS_ON_SIGUSR1=1)
 #   bash benchmarks/fleet_gpu.sh stop                     # whichever server runs; GPU memory printed
 # Q is 1 or 3; LEVELS e.g. 24,30,36 (ascending); DURATION_S (80) the measured seconds per level; FIRST (0) the
 # first copy index (a later sweep on the same server takes copies no earlier sweep used).
@@ -37,6 +39,8 @@ export PYTHONPATH=/root/site:$PWD PATH=/root/site/bin:$PATH VLLM_USE_FLASHINFER_
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 # Where graph-start keeps the name of COSMOS_SERVE_ENGINE_TIMINGS's file for burst (a later call).
 TIMINGS_NAME=${ENGINE_TIMINGS_NAME_FILE:-/tmp/engine_timings.path}
+# Left by graph-start when the model replica prints its threads' stacks on SIGUSR1 (COSMOS_SERVE_STACKS_ON_SIGUSR1).
+STACKS_MARK=${STACKS_MARK_FILE:-/tmp/stacks_on_sigusr1}
 CK=$PWD/checkpoints/cosmos-reason1-7b-dummy
 CLIP=intel_one-by-one-person-detection.mp4
 # The first questions of benchmarks.workload.QUESTIONS (the same set as the 1-vs-3 burst).
@@ -115,6 +119,8 @@ case "$phase" in
     # burst runs in a later device call, whose shell lacks this one's environment: it reads the timings file's
     # name from here (2026-12-05: the fourteenth lease's timings had to be fetched by hand).
     echo "${COSMOS_SERVE_ENGINE_TIMINGS:-}" > "$TIMINGS_NAME"
+    # burst's STACKS_AT_S sends SIGUSR1, which ends a replica that did not register the handler: only with this mark.
+    if [ -n "${COSMOS_SERVE_STACKS_ON_SIGUSR1:-}" ]; then touch "$STACKS_MARK"; else rm -f "$STACKS_MARK"; fi
     cp /tmp/derived.yaml "$OUT/fleet_graph_config.yaml" ;;
   crosscheck)
     # Issue 26's cross-check with a tool no one here wrote. The windows are cut once (benchmarks.workload:
@@ -161,11 +167,31 @@ PY
     # question) are copied beside the result (graph-start keeps the file's name in $TIMINGS_NAME), and the model
     # replica's event-loop lag with them.
     name=${1:?NAME}; steps=${2:-questions1,questions3,questions1,questions3}
+    # STACKS_AT_S (e.g. 60,62,64): at these seconds into the steps, SIGUSR1 to the model replica, which then writes
+    # every thread's Python stack to its stderr (Ray's worker-*.err, copied to NAME/stacks.tgz): where its event
+    # loop is while the loop lags. Only when graph-start set COSMOS_SERVE_STACKS_ON_SIGUSR1 (else SIGUSR1 ends it).
+    stacker=""
+    if [ -n "${STACKS_AT_S:-}" ] && [ ! -f "$STACKS_MARK" ]; then
+      echo "STACKS_AT_S ignored: graph-start did not set COSMOS_SERVE_STACKS_ON_SIGUSR1"
+    elif [ -n "${STACKS_AT_S:-}" ]; then
+      ( t0=$(date +%s)
+        for at in ${STACKS_AT_S//,/ }; do
+          while [ $(( $(date +%s) - t0 )) -lt "$at" ]; do sleep 0.2; done
+          pkill -USR1 -f '^ray::ServeReplica:[^ ]*:VideoModel'
+        done ) &
+      stacker=$!
+    fi
     python3 -m benchmarks.lifecycle --config /tmp/derived.yaml --windows-dir /tmp/xwin --tokenizer "$CK" \
       --steps "$steps" --burst "${BURST:-64}" --sustain-s "${SUSTAIN_S:-60}" \
       --sustain-warmup-s "${SUSTAIN_WARMUP_S:-20}" --sustain-stagger-s "${SUSTAIN_STAGGER_S:-0}" --out "$OUT/$name/lifecycle.json" \
       > "$OUT/$name.log" 2>&1
     echo "== burst $name rc=$?"; grep -E "^==|Error|Traceback" "$OUT/$name.log" | cut -c1-400
+    if [ -n "$stacker" ]; then
+      kill "$stacker" 2>/dev/null
+      mapfile -t errs < <(grep -l "most recent call first" /tmp/ray/session_latest/logs/worker-*.err 2>/dev/null)
+      [ ${#errs[@]} -gt 0 ] && mkdir -p "$OUT/$name" && tar czf "$OUT/$name/stacks.tgz" "${errs[@]}" 2>/dev/null
+      echo "stacks: ${#errs[@]} worker log(s) with stacks"
+    fi
     timings=${COSMOS_SERVE_ENGINE_TIMINGS:-$(cat "$TIMINGS_NAME" 2>/dev/null)}
     if [ -n "$timings" ] && [ -f "$timings" ]; then
       mkdir -p "$OUT/$name"; gzip -c "$timings" > "$OUT/$name/engine_timings.jsonl.gz"
@@ -180,7 +206,7 @@ PY
     if [ -f /tmp/serve.log ]; then
       gzip -c /tmp/serve.log > "$OUT/fleet_graph_serve.log.gz"
       RAY_AUTH_MODE=token serve shutdown -y >/dev/null 2>&1; sleep 5; ray stop --force >/dev/null 2>&1
-      rm -f /tmp/serve.log "$TIMINGS_NAME"
+      rm -f /tmp/serve.log "$TIMINGS_NAME" "$STACKS_MARK"
     fi
     nvidia-smi --query-gpu=memory.used --format=csv,noheader ;;
   *) echo "unknown phase $phase"; exit 2 ;;

@@ -69,3 +69,22 @@ def test_the_replicas_loop_lag_comes_with_the_timings(tmp_path: Path) -> None:
     _burst(tmp_path, name_file)
     copied = tmp_path / "out" / "run1" / "loop_lag.jsonl.gz"
     assert gzip.decompress(copied.read_bytes()).decode() == '{"samples": 500, "lag_max_ms": 12.5}\n'
+
+
+def test_stacks_are_not_asked_of_a_replica_without_the_handler(tmp_path: Path) -> None:
+    # SIGUSR1 ends a process that did not register faulthandler for it: burst sends it only after a graph-start
+    # that set COSMOS_SERVE_STACKS_ON_SIGUSR1 (which leaves STACKS_MARK_FILE).
+    mark = tmp_path / "stacks.mark"
+    result = _burst(tmp_path, tmp_path / "absent.path", STACKS_AT_S="0", STACKS_MARK_FILE=str(mark))
+    assert "STACKS_AT_S ignored: graph-start did not set COSMOS_SERVE_STACKS_ON_SIGUSR1" in result.stdout
+    assert "stacks:" not in result.stdout
+
+
+def test_stacks_are_asked_after_a_graph_start_that_set_the_handler(tmp_path: Path) -> None:
+    mark = tmp_path / "stacks.mark"
+    mark.touch()  # as graph-start leaves it
+    # 300 s: the steps end (rc 2) long before, so no signal is sent to any replica this machine may run.
+    result = _burst(tmp_path, tmp_path / "absent.path", STACKS_AT_S="300", STACKS_MARK_FILE=str(mark))
+    assert "STACKS_AT_S ignored" not in result.stdout
+    assert "== burst run1 rc=2" in result.stdout
+    assert "stacks: " in result.stdout  # the sender started and was stopped with the steps
