@@ -380,7 +380,8 @@ def main(argv: list[str] | None = None) -> int:
                 res = run.stop(step.removeprefix("stop-"))
             else:
                 raise SystemExit(f"unknown step {step}")
-            run.result["steps"].append({"step": step, "at": time.strftime("%H:%M:%S", time.localtime(t0)), **res})
+            run.result["steps"].append({"step": step, "at": time.strftime("%H:%M:%S", time.localtime(t0)),
+                                        "started_s": round(t0, 3), **res})
             run.save()
             print(f"== {step}: " + json.dumps({k: v for k, v in res.items() if k not in ("requests", "before")})[:900],
                   flush=True)
