@@ -29,15 +29,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-
-def _rank(ordered: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile ``q`` (0..1) of an ascending, non-empty sequence."""
-    return ordered[max(0, min(len(ordered) - 1, round(q * len(ordered)) - 1))]
+from loadtest.statistics import percentiles
 
 
 def received_gap(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Per request, the decode as the replica received it less the engine core's decode:
-    ``received_last_ms - received_first_ms - decode_ms`` (ms).
+    ``received_last_ms - received_first_ms - decode_ms`` (ms; percentiles by :func:`loadtest.statistics.percentiles`,
+    linear interpolation).
 
     Args:
         rows: engine timing rows; those lacking ``decode_ms``, ``received_first_ms`` or ``received_last_ms`` (a
@@ -53,9 +51,10 @@ def received_gap(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     if not usable:
         return out
     received = [r["received_last_ms"] - r["received_first_ms"] for r in usable]
-    gaps = sorted(rec - r["decode_ms"] for rec, r in zip(received, usable, strict=True))
-    out.update(gap_mean_ms=round(statistics.fmean(gaps), 1), gap_p50_ms=round(_rank(gaps, 0.50), 1),
-               gap_p95_ms=round(_rank(gaps, 0.95), 1), received_decode_mean_ms=round(statistics.fmean(received), 1),
+    gaps = [rec - r["decode_ms"] for rec, r in zip(received, usable, strict=True)]
+    pcts = percentiles(gaps, (50, 95), digits=1)
+    out.update(gap_mean_ms=round(statistics.fmean(gaps), 1), gap_p50_ms=pcts["p50"], gap_p95_ms=pcts["p95"],
+               received_decode_mean_ms=round(statistics.fmean(received), 1),
                engine_decode_mean_ms=round(statistics.fmean(r["decode_ms"] for r in usable), 1))
     return out
 
