@@ -15,6 +15,10 @@ NAME sustain1`` run after a ``graph-start`` with ``COSMOS_SERVE_ENGINE_TIMINGS``
 ``python -m benchmarks.replica_gap DIR [DIR ...]`` prints, per folder and step, the received-minus-engine decode gap
 (:func:`received_gap`) beside the loop lag inside the step's counted interval (:func:`lag_in_interval`): a lag near
 the gap says the replica's loop is the bottleneck; a small one points at vLLM's side (its output thread, the socket).
+For a 1-question step it also splits the replica's time over the counted windows' own engine rows
+(:func:`counted_split`). The seventeenth lease (``results/gpu/fleet-lease17/``) found the ~2 s an artefact of the
+means: the engine's were over all the step's requests, the ramp's faster ones included, the replica's over the
+counted windows; over the same windows the replica and the engine core differ by ~250 ms, and the gap is ~0.
 """
 
 from __future__ import annotations
@@ -56,6 +60,58 @@ def received_gap(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     out.update(gap_mean_ms=round(statistics.fmean(gaps), 1), gap_p50_ms=pcts["p50"], gap_p95_ms=pcts["p95"],
                received_decode_mean_ms=round(statistics.fmean(received), 1),
                engine_decode_mean_ms=round(statistics.fmean(r["decode_ms"] for r in usable), 1))
+    return out
+
+
+def counted_rows(rows: Sequence[dict[str, Any]], step: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """The engine rows of the windows a 1-question step counted: those that ended inside its counted interval.
+
+    The rows are in the order the requests ended, and the step's ``ended_per_10s`` counts every answered window
+    that ended before the interval's end (:func:`benchmarks.window_load.sustained_figures`), so the counted windows
+    are the ``counted`` rows before row ``sum(ended_per_10s)``.
+
+    Args:
+        rows: the step's engine rows, one per request, in the order they ended.
+        step: a ``lifecycle.json`` step with ``questions_per_window``, ``counted`` and ``ended_per_10s``.
+
+    Returns:
+        The counted windows' rows; None for a step of several questions per window (a window's rows interleave with
+        others', so its end is not one row's) or one that lacks the counts or does not fit ``rows``.
+    """
+    bins, counted = step.get("ended_per_10s"), step.get("counted")
+    if step.get("questions_per_window", 1) != 1 or not isinstance(bins, list) or not isinstance(counted, int):
+        return None
+    ended = sum(bins)
+    if not 0 < counted <= ended <= len(rows):
+        return None
+    return list(rows[ended - counted:ended])
+
+
+def counted_split(rows: Sequence[dict[str, Any]], step: dict[str, Any]) -> dict[str, Any] | None:
+    """The replica's mean time over a 1-question step's counted windows, split by their own engine rows (ms).
+
+    ``replica_not_engine_core_ms`` is ``replica - frontend_ms - (engine_queue_ms + prefill_ms + decode_ms)``: the
+    request's way into vLLM's engine core and its outputs' way back. ``replica_less_received_ms`` is ``replica -
+    frontend_ms - received_last_ms``; the replica's time ends when its generator gets the last output, so a value
+    near 0 says the rows are the counted windows' (:func:`counted_rows`).
+
+    Returns:
+        ``{"rows", "frontend_ms", "engine_queue_ms", "prefill_ms", "decode_ms", "received_last_ms",
+        "replica_not_engine_core_ms", "replica_less_received_ms"}`` (the last only where the rows carry
+        ``received_last_ms``); None where :func:`counted_rows` gives None or the step has no replica split.
+    """
+    mine = counted_rows(rows, step)
+    replica = (step.get("server_split_mean_ms") or {}).get("replica")
+    keys = ("frontend_ms", "engine_queue_ms", "prefill_ms", "decode_ms")
+    if not mine or not isinstance(replica, int | float) or not all(k in r for r in mine for k in keys):
+        return None
+    means = {k: statistics.fmean(r[k] for r in mine) for k in keys}
+    out: dict[str, Any] = {"rows": len(mine), **{k: round(v, 1) for k, v in means.items()}}
+    out["replica_not_engine_core_ms"] = round(replica - sum(means.values()), 1)
+    if all(isinstance(r.get("received_last_ms"), int | float) for r in mine):
+        received = statistics.fmean(r["received_last_ms"] for r in mine)
+        out["received_last_ms"] = round(received, 1)
+        out["replica_less_received_ms"] = round(replica - means["frontend_ms"] - received, 1)
     return out
 
 
@@ -106,7 +162,7 @@ def _jsonl_gz(path: Path) -> list[dict[str, Any]]:
 def summarize(folder: Path, min_prompt_tokens: int = 1000) -> dict[str, Any]:
     """One burst folder's steps: the closed loop's rates and latency, :func:`received_gap` over the engine rows of
     the steps' questions (rows with more than ``min_prompt_tokens`` prompt tokens: the replica's warm-up prompts are
-    shorter), and :func:`lag_in_interval` per step.
+    shorter), :func:`counted_split` and :func:`lag_in_interval` per step.
 
     The server's timings file also holds its earlier bursts' rows, first: the last ``sum(sent x
     questions_per_window)`` rows are this folder's, split over its steps in the order the requests ended (as
@@ -129,6 +185,7 @@ def summarize(folder: Path, min_prompt_tokens: int = 1000) -> dict[str, Any]:
         keep = {k: step.get(k) for k in ("concurrency", "sent", "counted", "windows_per_s", "windows_per_s_by_latency",
                                          "latency_mean_s", "latency_p95_s", "server_split_mean_ms")}
         out[step["step"]] = {**keep, "gap": received_gap(rows[at:at + n]),
+                             "counted_split": counted_split(rows[at:at + n], step),
                              "loop_lag": lag_in_interval(lags, step) if "measured_s" in step else {"rows": 0},
                              "stacks": (folder / "stacks.tgz").exists()}
         at += n

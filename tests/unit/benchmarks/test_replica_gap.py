@@ -78,6 +78,37 @@ def test_a_folder_takes_the_last_rows_and_splits_them_over_its_steps(tmp_path: P
     assert out["sustain1"]["loop_lag"] == {"rows": 0, "all_rows": 0} and out["sustain1"]["stacks"] is False
 
 
+def _timed(decode_ms: float, received_last_ms: float) -> dict[str, Any]:
+    return {**_row(decode_ms, 1_000.0, received_last_ms), "frontend_ms": 200.0, "engine_queue_ms": 100.0,
+            "prefill_ms": 900.0}
+
+
+def test_the_split_takes_the_counted_windows_rows_not_the_ramps() -> None:
+    # 2 windows ended in the warm-up (the ramp: short decodes), 2 were counted, 1 ended after the interval
+    rows = [_timed(5_000, 6_100), _timed(10_000, 11_100), _timed(20_000, 21_300), _timed(20_400, 21_700),
+            _timed(20_000, 21_100)]
+    step = _step("sustain1", 5, counted=2, ended_per_10s=[1, 1, 0, 0, 2],
+                 server_split_mean_ms={"replica": 200.0 + 21_500.0})
+    assert replica_gap.counted_rows(rows, step) == rows[2:4]
+    split = replica_gap.counted_split(rows, step)
+    assert split is not None and split["rows"] == 2 and split["decode_ms"] == 20_200
+    # replica 21,700 less frontend 200, queue 100, prefill 900 and decode 20,200
+    assert split["replica_not_engine_core_ms"] == 300
+    assert split["received_last_ms"] == 21_500 and split["replica_less_received_ms"] == 0
+
+
+def test_no_split_where_the_rows_cannot_be_the_counted_windows() -> None:
+    rows = [_timed(20_000, 21_300) for _ in range(3)]
+    split: dict[str, Any] = {"server_split_mean_ms": {"replica": 21_500.0}}
+    # several questions per window: a window's end is not one row's
+    assert replica_gap.counted_rows(rows, _step("sustain3", 1, 3, counted=1, ended_per_10s=[1], **split)) is None
+    # more windows ended than there are rows; or no counts at all (an older lifecycle.json)
+    assert replica_gap.counted_rows(rows, _step("sustain1", 3, counted=2, ended_per_10s=[2, 2], **split)) is None
+    assert replica_gap.counted_split(rows, _step("sustain1", 3, **split)) is None
+    # the counted windows' rows, but no replica split to divide
+    assert replica_gap.counted_split(rows, _step("sustain1", 3, counted=2, ended_per_10s=[3])) is None
+
+
 def test_too_few_engine_rows_are_refused_with_what_was_expected(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
