@@ -1,8 +1,8 @@
 """Where a window's decode time goes between vLLM's engine core and the model replica: one burst's folder, summed up.
 
-On the fourteenth lease (``results/gpu/fleet-lease14/``) a window's 256 tokens were stamped by vLLM's engine core
-over 18.2 s but reached the model replica over ~20.2 s, at 64 windows in flight. ``benchmarks/fleet_gpu.sh burst
-NAME sustain1`` run after a ``graph-start`` with ``COSMOS_SERVE_ENGINE_TIMINGS`` leaves in ``NAME/``:
+The fourteenth lease (``results/gpu/fleet-lease14/``) read ~2 s between vLLM's engine core and the model replica
+at 64 windows in flight (see below for what that was). ``benchmarks/fleet_gpu.sh burst NAME sustain1`` run after
+a ``graph-start`` with ``COSMOS_SERVE_ENGINE_TIMINGS`` leaves in ``NAME/``:
 
 - ``lifecycle.json``: the closed loop's steps (:mod:`benchmarks.lifecycle`), each with ``started_s`` (wall clock,
   epoch seconds; older results only have ``at``, the machine's local ``HH:MM:SS``), ``warmup_s``, ``measured_s``;

@@ -132,8 +132,10 @@ def sustained_figures(outcomes: list[WindowOutcome], n_questions: int, warmup_s:
     windows (:func:`loadtest.statistics.percentiles`). ``ended_per_10s`` counts the answered windows by the
     10-s bin they ended in, from the start to ``end_s``: a closed loop started with every window at once ends
     them in cohorts (one latency apart) at first, and an interval that is not yet stationary shows as bins that
-    swing. ``server_split_mean_ms`` is :func:`server_split_ms` over the counted windows (H200, 2026-12-03: 2.3 s
-    of fp8's 17.3-s loop passed outside the engine, against 0.6 s of bf16's 20.9 s, and nothing said where).
+    swing. ``server_split_mean_ms`` is :func:`server_split_ms` over the counted windows: set it beside the engine's
+    timings of the same windows (:func:`benchmarks.replica_gap.counted_split`), not of all the step's requests,
+    whose ramp decodes faster (that mismatch read 2.3 s outside the engine where there were 0.5 s,
+    ``results/gpu/fleet-lease17/``).
     ``windows_per_s_by_latency`` is the same rate by Little's law (L = λW; J. D. C. Little, "A proof for
     the queuing formula L = λW", Operations Research 9(3), 1961): a closed loop that keeps ``concurrency``
     windows in flight and sends the next one as a window ends runs ``concurrency`` / mean latency windows/s,

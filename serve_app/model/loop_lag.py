@@ -1,10 +1,9 @@
 """How late the model replica's event loop runs what is ready (a bench instrument; off in production).
 
 The replica's user-code event loop runs vLLM's output processing (``AsyncLLM``'s output handler and every
-request's generator) and the answers' coalescing. On the fourteenth lease (``results/gpu/fleet-lease14/``) a
-window's 256 tokens reached the replica over ~20.2 s while vLLM's engine core made them over 18.2 s, at 64 windows
-in flight (0.1 s apart at 16). A loop that is busy shows here as lag: a task asking to sleep ``interval_s`` wakes
-``interval_s + lag`` later.
+request's generator) and the answers' coalescing. A loop that is busy shows here as lag: a task asking to sleep
+``interval_s`` wakes ``interval_s + lag`` later. On an H100 at 64 windows in flight (seventeenth lease,
+``results/gpu/fleet-lease17/``) it was 0.32 ms mean, 16 ms at most: the loop is not a bottleneck.
 
 When :data:`LOOP_LAG_ENV` names a file, the model replica appends one JSON row there every ``report_s`` seconds
 (:func:`watch_loop_lag`): the wall time, the process id and :func:`lag_summary` of the period's samples.

@@ -5,8 +5,8 @@ Run from the repository root: ``python results/gpu/fleet-lease17/summarize.py``.
 - the graph's three servers (``a``, ``b``, ``c``: ``NAME/lifecycle.json``, ``NAME/engine_timings.jsonl.gz``,
   ``NAME/loop_lag.jsonl.gz``, ``NAME/stacks.tgz``), summed up by :func:`benchmarks.replica_gap.summarize`;
 - the fourteenth lease's servers again, whose ``replica_not_engine_core_ms`` (2,427 ms) is recomputed over the
-  counted windows' own rows (:func:`benchmarks.replica_gap.counted_split`), and the thirteenth lease's "time
-  outside vLLM's request" (2.45 s bf16, 2.32 s fp8) the same way;
+  counted windows' own rows (:func:`benchmarks.replica_gap.counted_split`), and the thirteenth and tenth leases'
+  "time outside vLLM's request" the same way;
 - vLLM's engine alone, bf16 (``engine/engine_profile.b16p.json``), beside the sixteenth lease's fp8 profile of the
   same 4 prefill steps (``../fleet-lease16/engine/engine_profile.f8p.json``), its kernels sorted by
   ``../fleet-lease16/summarize.py``'s ``kind``.
@@ -89,13 +89,14 @@ def _lease14_recomputed() -> dict[str, Any]:
     return out
 
 
-def _lease13_recomputed() -> dict[str, Any]:
-    """The thirteenth lease's "time outside vLLM's request" (its README: 2.45 s bf16, 2.32 s fp8): the loop's mean
-    latency less the mean of ``frontend_ms + engine_queue_ms + prefill_ms + decode_ms``, over all the step's rows
-    (as published) and over the counted windows' own rows (ms)."""
+def _outside_vllm_recomputed(lease: str, runs: tuple[str, ...]) -> dict[str, Any]:
+    """An earlier lease's "time outside vLLM's request" (the thirteenth lease's README: 2.45 s bf16, 2.32 s fp8;
+    the tenth's, on an H200: 2.3 s fp8, 0.6 s bf16): the loop's mean latency less the mean of ``frontend_ms +
+    engine_queue_ms + prefill_ms + decode_ms``, over all the step's rows (as published) and over the counted
+    windows' own rows (ms; 1-question steps)."""
     out: dict[str, Any] = {}
-    for run in ("wa", "wa_f8", "wa96", "wa96_f8"):
-        folder = HERE.parent / "fleet-lease13" / run
+    for run in runs:
+        folder = HERE.parent / lease / run
         steps = json.loads((folder / "lifecycle.json").read_text())["steps"]
         with gzip.open(folder / "engine_timings.jsonl.gz", "rt") as f:
             rows = [r for r in map(json.loads, f) if r["completion_tokens"] == 256 and r["prompt_tokens"] > 1000]
@@ -158,7 +159,9 @@ def main() -> None:
         "servers": servers,
         "stacks": {name: _idle_loop_stacks(HERE / name) for name in ("a", "b")},
         "lease14_replica_not_engine_core_recomputed": _lease14_recomputed(),
-        "lease13_outside_vllm_recomputed": _lease13_recomputed(),
+        "lease13_outside_vllm_recomputed": _outside_vllm_recomputed("fleet-lease13",
+                                                                    ("wa", "wa_f8", "wa96", "wa96_f8")),
+        "lease10_outside_vllm_recomputed_h200": _outside_vllm_recomputed("fleet-lease10", ("stag", "stag_fp8")),
         "ratios": {
             "stream_interval_16_vs_1": round(rate["b:sustain1"] / rate["a:sustain1"], 3),
             "stream_interval_16_vs_1_counted": round(counted["b:sustain1"] / counted["a:sustain1"], 3),
@@ -179,7 +182,7 @@ def main() -> None:
     }
     (HERE / "fleet_lease17_h100.json").write_text(json.dumps(out, indent=1) + "\n")
     print(json.dumps({k: out[k] for k in ("ratios", "stacks", "lease14_replica_not_engine_core_recomputed",
-                                        "lease13_outside_vllm_recomputed")},
+                                        "lease13_outside_vllm_recomputed", "lease10_outside_vllm_recomputed_h200")},
                      indent=1))
     print(json.dumps({k: v for k, v in out["prefill_profile"].items() if not isinstance(v, dict)}, indent=1))
     for name, steps in servers.items():
