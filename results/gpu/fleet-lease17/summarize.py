@@ -64,6 +64,18 @@ def _profile(json_path: Path) -> dict[str, Any]:
             "not_gemm_not_attention_ms_per_1000_tokens": round(1000 * elementwise / tokens, 2)}
 
 
+def _window_rows(path: Path) -> list[dict[str, Any]]:
+    """A server's engine rows of the steps' questions: 256 tokens after a window's prompt (the start's warm-up rows
+    have 16 tokens after a window, or a 53-token prompt)."""
+    with gzip.open(path, "rt") as f:
+        return [r for r in map(json.loads, f) if r["completion_tokens"] == 256 and r["prompt_tokens"] > 1000]
+
+
+def _engine_side_ms(rows: list[dict[str, Any]]) -> float:
+    """The mean of ``frontend_ms + engine_queue_ms + prefill_ms + decode_ms`` over ``rows`` (ms)."""
+    return sum(r["frontend_ms"] + r["engine_queue_ms"] + r["prefill_ms"] + r["decode_ms"] for r in rows) / len(rows)
+
+
 def _lease14_recomputed() -> dict[str, Any]:
     """The fourteenth lease's 1-question steps: the replica's time less the engine core's, over all the step's
     rows (as it was published) and over the counted windows' own rows."""
@@ -71,8 +83,7 @@ def _lease14_recomputed() -> dict[str, Any]:
     published = json.loads((l14 / "fleet_window_attention_control_h100.json").read_text())["steps"]
     out: dict[str, Any] = {}
     for server, runs in {"off": ["off", "off16"], "wa": ["wa"]}.items():
-        with gzip.open(l14 / server / "engine_timings.jsonl.gz", "rt") as f:
-            rows = [r for r in map(json.loads, f) if r["completion_tokens"] == 256 and r["prompt_tokens"] > 1000]
+        rows = _window_rows(l14 / server / "engine_timings.jsonl.gz")
         at = 0
         for run in runs:
             for step in json.loads((l14 / run / "lifecycle.json").read_text())["steps"]:
@@ -98,8 +109,7 @@ def _outside_vllm_recomputed(lease: str, runs: tuple[str, ...]) -> dict[str, Any
     for run in runs:
         folder = HERE.parent / lease / run
         steps = json.loads((folder / "lifecycle.json").read_text())["steps"]
-        with gzip.open(folder / "engine_timings.jsonl.gz", "rt") as f:
-            rows = [r for r in map(json.loads, f) if r["completion_tokens"] == 256 and r["prompt_tokens"] > 1000]
+        rows = _window_rows(folder / "engine_timings.jsonl.gz")
         sent = [step["sent"] * step["questions_per_window"] for step in steps]
         at = len(rows) - sum(sent)
         for step, n in zip(steps, sent, strict=True):
@@ -107,11 +117,9 @@ def _outside_vllm_recomputed(lease: str, runs: tuple[str, ...]) -> dict[str, Any
             at += n
             if mine is None:
                 continue
-            core_all = sum(r["frontend_ms"] + r["engine_queue_ms"] + r["prefill_ms"] + r["decode_ms"] for r in everyone)
-            core_counted = sum(r["frontend_ms"] + r["engine_queue_ms"] + r["prefill_ms"] + r["decode_ms"] for r in mine)
             out[f"{run}:{step['step']}"] = {
-                "over_all_rows_ms": round(1000 * step["latency_mean_s"] - core_all / len(everyone)),
-                "over_counted_rows_ms": round(1000 * step["latency_mean_s"] - core_counted / len(mine))}
+                "over_all_rows_ms": round(1000 * step["latency_mean_s"] - _engine_side_ms(everyone)),
+                "over_counted_rows_ms": round(1000 * step["latency_mean_s"] - _engine_side_ms(mine))}
     return out
 
 
