@@ -331,23 +331,25 @@ def check_gpu_free(
 FP8_MIN_CAPABILITY = 89
 
 
-def fp8_problems(quantization: object, capabilities: Sequence[int]) -> list[str]:
-    """Why ``engine_args.quantization`` cannot run as fp8 compute on these GPUs (pure).
+def fp8_problems(source: str | None, capabilities: Sequence[int]) -> list[str]:
+    """Why the engine's fp8 cannot run as fp8 compute on these GPUs (pure).
 
     Args:
-        quantization: the config's ``engine_args.quantization`` (None: not set).
+        source: where the fp8 comes from (:func:`serve_app.model.quantization.fp8_source`: ``quantization: fp8``,
+            an ``hf_overrides`` or checkpoint ``quantization_config``), None for no fp8.
         capabilities: each of the replica's GPUs' compute capability, major × 10 + minor (A100: 80).
 
     Returns:
-        One line per GPU below :data:`FP8_MIN_CAPABILITY` when ``quantization`` is ``fp8``; else empty.
+        One line per GPU below :data:`FP8_MIN_CAPABILITY` when ``source`` is set; else empty.
     """
-    if quantization != "fp8":
+    if source is None:
         return []
+    fix = ("remove quantization from engine_args on this GPU" if source == "quantization: fp8"
+           else "serve the bf16 checkpoint on this GPU")
     return [
-        f"GPU {i} has compute capability {c // 10}.{c % 10}: vLLM runs quantization: fp8 there as weight-only "
+        f"GPU {i} has compute capability {c // 10}.{c % 10}: vLLM runs fp8 ({source}) there as weight-only "
         "fp8 (Marlin kernels, activations in bf16): less weight memory but no faster prefill. fp8 needs "
-        "compute capability 8.9+ (Ada, Hopper: configs/h100-fp8.yaml, configs/h200-fp8.yaml); remove "
-        "quantization from engine_args on this GPU"
+        f"compute capability 8.9+ (Ada, Hopper: configs/h100-fp8.yaml, configs/h200-fp8.yaml); {fix}"
         for i, c in enumerate(capabilities) if c < FP8_MIN_CAPABILITY
     ]
 
@@ -385,21 +387,21 @@ def read_gpu_capabilities(visible: str | None = None) -> list[int]:
         raise OSError(str(e)) from e
 
 
-def check_fp8(quantization: object, read: Callable[[], list[int]] = read_gpu_capabilities) -> None:
-    """Fails at once when ``quantization: fp8`` would run weight-only on this replica's GPUs.
+def check_fp8(source: str | None, read: Callable[[], list[int]] = read_gpu_capabilities) -> None:
+    """Fails at once when the engine's fp8 (``source``, see :func:`fp8_problems`) would run weight-only on this
+    replica's GPUs.
 
     Skipped (with a log line) when NVML cannot be read.
 
     Raises:
         HardwareError: a GPU's compute capability is below :data:`FP8_MIN_CAPABILITY`; the message says why.
     """
-    if quantization != "fp8":
+    if source is None:
         return
     try:
-        found = fp8_problems(quantization, read())
+        found = fp8_problems(source, read())
     except (ImportError, OSError, ValueError) as e:
         logger.info("fp8 preflight skipped: %s", e)
         return
     if found:
         raise HardwareError(message(found, "the vLLM model replica will not run fp8"))
-

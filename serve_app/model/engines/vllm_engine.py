@@ -72,7 +72,8 @@ class VLLMEngine(Engine):
 
         Raises:
             serve_app.model.preflight.HardwareError: no vLLM or no CUDA GPU here, another process holds the GPU's
-                memory, or quantization: fp8 on a GPU below compute capability 8.9 (at once, before any import of vLLM).
+                memory, or fp8 (``quantization: fp8``, or an fp8 ``quantization_config`` of the checkpoint or of
+                ``hf_overrides``) on a GPU below compute capability 8.9 (at once, before any import of vLLM).
         """
         from serve_app.model.preflight import (
             VLLM_DEFAULT_GPU_MEMORY_UTILIZATION,
@@ -80,12 +81,13 @@ class VLLMEngine(Engine):
             check_gpu_free,
             check_replica,
         )
+        from serve_app.model.quantization import checkpoint_quantization_config, fp8_source
 
         t_start = time.perf_counter()
         check_replica()
         args = dict(self.config.engine_args)
         check_gpu_free(float(args.get("gpu_memory_utilization", VLLM_DEFAULT_GPU_MEMORY_UTILIZATION)))
-        check_fp8(args.get("quantization"))
+        check_fp8(fp8_source(args, checkpoint_quantization_config(self.config.model_id)))
         cache = self.config.compile_cache_dir
         if cache:
             os.environ.update(compile_cache_env(cache))  # before vLLM's import; the engine core inherits it

@@ -1,4 +1,5 @@
-"""fp8: the Hopper configs are their bf16 configs plus ``quantization: fp8``, and GPUs below 8.9 are refused."""
+"""fp8: the Hopper configs are their bf16 configs plus ``quantization: fp8``, and GPUs below 8.9 are refused
+(whether fp8 comes from ``quantization`` or from a ``quantization_config``: tests/unit/model/test_quantization.py)."""
 
 from __future__ import annotations
 
@@ -30,20 +31,27 @@ def test_ampere_configs_do_not_ship_fp8(gpu):
 
 def test_fp8_needs_compute_capability_8_9():
     assert FP8_MIN_CAPABILITY == 89
-    assert fp8_problems("fp8", [90, 89]) == []  # H100/H200, L40S
-    (a100,) = fp8_problems("fp8", [80])
+    assert fp8_problems("quantization: fp8", [90, 89]) == []  # H100/H200, L40S
+    (a100,) = fp8_problems("quantization: fp8", [80])
     assert "compute capability 8.0" in a100 and "weight-only" in a100 and "no faster prefill" in a100
-    assert len(fp8_problems("fp8", [86, 90, 80])) == 2  # A10 and A100 of a mixed list, by index
-    assert fp8_problems(None, [80]) == [] and fp8_problems("awq", [80]) == []
+    assert "remove quantization from engine_args" in a100
+    assert len(fp8_problems("quantization: fp8", [86, 90, 80])) == 2  # A10 and A100 of a mixed list, by index
+    assert fp8_problems(None, [80]) == []
+
+
+def test_a_calibrated_fp8_checkpoint_on_ampere_is_told_to_serve_the_bf16_one():
+    source = "the checkpoint's quantization_config (fp8, static activation scales)"
+    (a10,) = fp8_problems(source, [86])
+    assert source in a10 and "serve the bf16 checkpoint" in a10 and "remove quantization" not in a10
 
 
 def test_the_replica_check_refuses_ampere_and_skips_without_nvml():
     with pytest.raises(HardwareError, match="will not run fp8"):
-        check_fp8("fp8", read=lambda: [80])
-    check_fp8("fp8", read=lambda: [90])
+        check_fp8("quantization: fp8", read=lambda: [80])
+    check_fp8("quantization: fp8", read=lambda: [90])
     check_fp8(None, read=lambda: pytest.fail("not read without fp8"))
 
     def no_nvml() -> list[int]:
         raise OSError("NVML Shared Library Not Found")
 
-    check_fp8("fp8", read=no_nvml)  # vLLM runs its own checks; the preflight only adds the reason
+    check_fp8("quantization: fp8", read=no_nvml)  # vLLM runs its own checks; the preflight only adds the reason
