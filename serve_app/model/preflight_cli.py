@@ -13,8 +13,9 @@ Ray, in well under the time Ray takes to start:
 * exit 1 and the preflight's message on stderr (what is missing, how to install it, the CPU
   config) when one does not: vLLM missing for ``model.backend: vllm``, fewer GPUs than
   ``model_replica.num_gpus``, fewer CPUs than the deployments reserve at their smallest replica
-  counts, or GPUs whose memory other processes hold (each holder's pid named, e.g. a vLLM engine
-  left by an earlier run);
+  counts, GPUs whose memory other processes hold (each holder's pid named, e.g. a vLLM engine
+  left by an earlier run), or fp8 (``quantization: fp8``, a calibrated fp8 checkpoint) on GPUs below compute
+  capability 8.9, where vLLM would run it weight-only;
 * exit 2 and a one-line reason when the file cannot be read or its ``args`` are not a valid config.
 
 The machine is seen as a local one-node Ray started here would see it: GPUs by Ray's own
@@ -117,12 +118,28 @@ def held_gpu_problems(config: Any, gpu_memory: Sequence[Any]) -> list[str]:
     return short if fitting < need else []
 
 
+def fp8_gpu_problems(config: Any, capabilities: Sequence[int]) -> list[str]:
+    """For a vLLM config whose engine would run fp8 (``quantization: fp8`` or an fp8 ``quantization_config``,
+    :func:`serve_app.model.quantization.fp8_source`): this machine's GPUs below compute capability 8.9
+    (:func:`serve_app.model.preflight.fp8_problems`; empty ``capabilities``: not checked)."""
+    from serve_app.model import preflight
+    from serve_app.model.quantization import checkpoint_quantization_config, fp8_source
+
+    if config.model.backend != "vllm" or not capabilities:
+        return []
+    source = fp8_source(config.model.engine_args, checkpoint_quantization_config(config.model.model_id))
+    return preflight.fp8_problems(source, capabilities)
+
+
 def check_file(
-    path: Path, gpus: float, cpus: float, has_vllm: bool, gpu_memory: Sequence[Any] = ()
+    path: Path, gpus: float, cpus: float, has_vllm: bool, gpu_memory: Sequence[Any] = (),
+    capabilities: Sequence[int] = (),
 ) -> list[str]:
     """The preflight messages for every application of ``path`` on a machine with ``gpus`` GPUs,
     ``cpus`` CPUs and vLLM installed or not (empty: the config fits). ``gpu_memory``: the GPUs' memory
-    and holders (:func:`serve_app.model.preflight.read_gpu_memory`; empty: not checked).
+    and holders (:func:`serve_app.model.preflight.read_gpu_memory`; empty: not checked); ``capabilities``:
+    their compute capabilities, major × 10 + minor (:func:`serve_app.model.preflight.read_gpu_capabilities`;
+    empty: fp8 not checked).
 
     Raises:
         ConfigFileError: see :func:`app_args`; also an application's ``args`` that are not a
@@ -145,6 +162,8 @@ def check_file(
             messages.append(preflight.message(found, f"this machine cannot run the model replica of {path}"))
         if not found and (held := held_gpu_problems(config, gpu_memory)):
             messages.append(f"this machine cannot start the model replica of {path} now: {'; '.join(held)}")
+        if not found and (fp8 := fp8_gpu_problems(config, capabilities)):
+            messages.append(preflight.message(fp8, f"this machine will not run the model replica of {path} in fp8"))
         if cpu := preflight.cpu_problems(config, cpus):
             messages.append(f"this machine cannot run the deployments of {path}: {cpu[0]}")
     return messages
@@ -164,13 +183,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     gpus, cpus, has_vllm = local_gpus(), local_cpus(), preflight.vllm_installed()
     gpu_memory: list[preflight.GpuMemory] = []
+    capabilities: list[int] = []
     if gpus > 0:
         try:
             gpu_memory = preflight.read_gpu_memory()
+            capabilities = preflight.read_gpu_capabilities()
         except (ImportError, OSError, ValueError):  # no NVML binding: the replica checks again when it starts
-            gpu_memory = []
+            pass
     try:
-        messages = check_file(opts.config, gpus, cpus, has_vllm, gpu_memory)
+        messages = check_file(opts.config, gpus, cpus, has_vllm, gpu_memory, capabilities)
     except ConfigFileError as e:
         print(f"preflight: {e}", file=sys.stderr)
         return 2

@@ -127,3 +127,31 @@ def test_a_gpu_held_by_another_process_is_named_before_deploying(tmp_path):
     assert "pid 4242 (VLLM::EngineCore" in msg and "kill 4242" in msg
     assert check_file(cfg, gpus=2, cpus=64, has_vllm=True, gpu_memory=[held, free]) == []  # one GPU is enough
     assert check_file(cfg, gpus=1, cpus=64, has_vllm=True) == []  # memory not read: not checked
+
+
+def test_fp8_on_an_ampere_machine_is_refused_before_deploying(tmp_path):
+    """``configs/h100-fp8.yaml`` on an A100, or a calibrated fp8 checkpoint in the bf16 config there: refused with
+    the reason (vLLM would run it weight-only); on a Hopper machine, or capabilities unread, nothing."""
+    from serve_app.model.preflight_cli import check_file
+
+    fp8_config = ROOT / "configs" / "h100-fp8.yaml"
+    [msg] = check_file(fp8_config, gpus=1, cpus=64, has_vllm=True, capabilities=[80])
+    assert "will not run the model replica of" in msg and "in fp8" in msg
+    assert "compute capability 8.0" in msg and "remove quantization" in msg
+    assert check_file(fp8_config, gpus=1, cpus=64, has_vllm=True, capabilities=[90]) == []
+    assert check_file(fp8_config, gpus=1, cpus=64, has_vllm=True) == []  # capabilities not read: not checked
+    assert check_file(ROOT / "configs" / "a100.yaml", gpus=1, cpus=64, has_vllm=True, capabilities=[80]) == []
+
+    ckpt = tmp_path / "cosmos-fp8"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text(
+        '{"architectures": ["Qwen2_5_VLForConditionalGeneration"], "model_type": "qwen2_5_vl",'
+        ' "quantization_config": {"quant_method": "fp8", "activation_scheme": "static"}}'
+    )
+    cfg = tmp_path / "a100-calibrated.yaml"
+    doc = yaml.safe_load((ROOT / "configs" / "a100.yaml").read_text())
+    doc["applications"][0]["args"]["model"]["model_id"] = str(ckpt)
+    cfg.write_text(yaml.safe_dump(doc))
+    [msg] = check_file(cfg, gpus=1, cpus=64, has_vllm=True, capabilities=[80])
+    assert "the checkpoint's quantization_config (fp8, static activation scales)" in msg
+    assert "serve the bf16 checkpoint" in msg and "remove quantization" not in msg
