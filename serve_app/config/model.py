@@ -292,6 +292,20 @@ class ModelConfig(_Model):
         return self
 
     @model_validator(mode="after")
+    def _quantization_override_only_on_dummy_weights(self) -> ModelConfig:
+        overrides = self.engine_args.get("hf_overrides")
+        if isinstance(overrides, dict) and "quantization_config" in overrides \
+                and self.engine_args.get("load_format") != "dummy":
+            raise ValueError(
+                "model.engine_args.hf_overrides.quantization_config makes vLLM read the checkpoint as one already "
+                "quantized that way (fp8 weights and scales), which a bf16 checkpoint is not; it is for timing "
+                "runs with engine_args.load_format: dummy. To serve a quantized checkpoint, point model.model_id "
+                "at it (vLLM reads its own quantization_config); to quantize a bf16 one at load, use "
+                "engine_args.quantization: fp8"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _warmup_shape(self) -> ModelConfig:
         t, h, w = self.warmup_clip_shape
         geo = self.geometry

@@ -61,3 +61,17 @@ def test_a_calibrated_fp8_checkpoint_is_refused_on_ampere(tmp_path: Path):
     with pytest.raises(HardwareError, match="serve the bf16 checkpoint"):
         check_fp8(source, read=lambda: [80])
     check_fp8(source, read=lambda: [90])
+
+
+def test_a_quantization_override_is_refused_on_real_weights():
+    """``hf_overrides.quantization_config`` reads a bf16 checkpoint as an fp8 one: allowed only with dummy weights."""
+    from pydantic import ValidationError
+
+    from serve_app.config import ModelConfig
+
+    over = {"quantization": "fp8", "hf_overrides": {"quantization_config": STATIC}}
+    with pytest.raises(ValidationError, match=r"hf_overrides\.quantization_config .* engine_args\.load_format: dummy"):
+        ModelConfig(engine_args=over)
+    assert ModelConfig(engine_args={**over, "load_format": "dummy"}).engine_args["hf_overrides"] == {
+        "quantization_config": STATIC}
+    assert ModelConfig(engine_args={"hf_overrides": {"rope_theta": 1e6}}).engine_args["hf_overrides"]
