@@ -344,8 +344,12 @@ def fp8_problems(source: str | None, capabilities: Sequence[int]) -> list[str]:
     """
     if source is None:
         return []
-    fix = ("remove quantization from engine_args on this GPU" if source == "quantization: fp8"
-           else "serve the bf16 checkpoint on this GPU")
+    if source == "quantization: fp8":
+        fix = "remove quantization from engine_args on this GPU"
+    elif source.startswith("hf_overrides"):
+        fix = "remove hf_overrides.quantization_config from engine_args on this GPU"
+    else:
+        fix = "serve the bf16 checkpoint on this GPU"
     return [
         f"GPU {i} has compute capability {c // 10}.{c % 10}: vLLM runs fp8 ({source}) there as weight-only "
         "fp8 (Marlin kernels, activations in bf16): less weight memory but no faster prefill. fp8 needs "

@@ -61,6 +61,8 @@ def test_a_calibrated_fp8_checkpoint_is_refused_on_ampere(tmp_path: Path):
     with pytest.raises(HardwareError, match="serve the bf16 checkpoint"):
         check_fp8(source, read=lambda: [80])
     check_fp8(source, read=lambda: [90])
+    with pytest.raises(HardwareError, match=r"remove hf_overrides\.quantization_config"):
+        check_fp8(fp8_source({"hf_overrides": {"quantization_config": STATIC}}, None), read=lambda: [86])
 
 
 def test_a_quantization_override_is_refused_on_real_weights():
