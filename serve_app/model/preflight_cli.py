@@ -123,12 +123,11 @@ def fp8_gpu_problems(config: Any, capabilities: Sequence[int]) -> list[str]:
     :func:`serve_app.model.quantization.fp8_source`): this machine's GPUs below compute capability 8.9
     (:func:`serve_app.model.preflight.fp8_problems`; empty ``capabilities``: not checked)."""
     from serve_app.model import preflight
-    from serve_app.model.quantization import checkpoint_quantization_config, fp8_source
+    from serve_app.model.quantization import model_fp8_source
 
     if config.model.backend != "vllm" or not capabilities:
         return []
-    source = fp8_source(config.model.engine_args, checkpoint_quantization_config(config.model.model_id))
-    return preflight.fp8_problems(source, capabilities)
+    return preflight.fp8_problems(model_fp8_source(config.model.engine_args, config.model.model_id), capabilities)
 
 
 def check_file(

@@ -80,3 +80,9 @@ def fp8_source(engine_args: Mapping[str, Any], checkpoint_config: object) -> str
     if quantization is not None and quantization != config.get("quant_method"):
         return None
     return f"{where} ({words})"
+
+
+def model_fp8_source(engine_args: Mapping[str, Any], model: str) -> str | None:
+    """:func:`fp8_source` for a model replica's config: its ``engine_args`` and the ``quantization_config`` of
+    the checkpoint at ``model`` (``model.model_id``; a hub id is not read)."""
+    return fp8_source(engine_args, checkpoint_quantization_config(model))

@@ -81,13 +81,13 @@ class VLLMEngine(Engine):
             check_gpu_free,
             check_replica,
         )
-        from serve_app.model.quantization import checkpoint_quantization_config, fp8_source
+        from serve_app.model.quantization import model_fp8_source
 
         t_start = time.perf_counter()
         check_replica()
         args = dict(self.config.engine_args)
         check_gpu_free(float(args.get("gpu_memory_utilization", VLLM_DEFAULT_GPU_MEMORY_UTILIZATION)))
-        check_fp8(fp8_source(args, checkpoint_quantization_config(self.config.model_id)))
+        check_fp8(model_fp8_source(args, self.config.model_id))
         cache = self.config.compile_cache_dir
         if cache:
             os.environ.update(compile_cache_env(cache))  # before vLLM's import; the engine core inherits it

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from serve_app.model.preflight import HardwareError, check_fp8
-from serve_app.model.quantization import checkpoint_quantization_config, fp8_source
+from serve_app.model.quantization import checkpoint_quantization_config, fp8_source, model_fp8_source
 
 STATIC = {"quant_method": "fp8", "activation_scheme": "static"}
 # llm-compressor's FP8 scheme as compressed-tensors writes it into config.json (abridged)
@@ -57,7 +57,8 @@ def test_the_checkpoints_config_is_read_from_a_local_directory(tmp_path: Path):
 
 def test_a_calibrated_fp8_checkpoint_is_refused_on_ampere(tmp_path: Path):
     (tmp_path / "config.json").write_text(json.dumps({"quantization_config": COMPRESSED_FP8}))
-    source = fp8_source({}, checkpoint_quantization_config(str(tmp_path)))
+    source = model_fp8_source({}, str(tmp_path))
+    assert source == "the checkpoint's quantization_config (fp8 (compressed-tensors))"
     with pytest.raises(HardwareError, match="serve the bf16 checkpoint"):
         check_fp8(source, read=lambda: [80])
     check_fp8(source, read=lambda: [90])
