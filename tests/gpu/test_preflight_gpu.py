@@ -98,3 +98,40 @@ def test_a_gpu_held_by_another_process_fails_the_start_naming_its_pid():
         holder.kill()
         holder.wait(30)
     check_gpu_free(0.4, grace_s=15)  # memory back once the holder is gone: no error
+
+
+def _smi_capabilities() -> list[int]:
+    """Each GPU's compute capability from ``nvidia-smi --query-gpu=compute_cap`` (a second reader, not NVML's
+    Python binding), major × 10 + minor, in nvidia-smi's index order."""
+    out = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
+                         capture_output=True, text=True, check=True, timeout=60).stdout
+    return [int(major) * 10 + int(minor) for major, minor in (line.split(".") for line in out.split())]
+
+
+def test_nvml_capabilities_match_nvidia_smi():
+    from serve_app.model.preflight import read_gpu_capabilities
+
+    smi = _smi_capabilities()
+    assert read_gpu_capabilities(visible=",".join(str(i) for i in range(len(smi)))) == smi
+    assert read_gpu_capabilities(visible="") == []  # CUDA_VISIBLE_DEVICES="": no GPU for this process
+
+
+def test_fp8_verdict_follows_the_gpu():
+    from serve_app.model.preflight import FP8_MIN_CAPABILITY, HardwareError, check_fp8
+
+    if all(c >= FP8_MIN_CAPABILITY for c in _smi_capabilities()):
+        check_fp8("quantization: fp8")  # Ada / Hopper: fp8 compute, no error
+    else:
+        with pytest.raises(HardwareError, match="weight-only"):
+            check_fp8("quantization: fp8")
+
+
+def test_preflight_cli_fp8_line_follows_the_gpu():
+    from serve_app.model.preflight import FP8_MIN_CAPABILITY
+
+    # The CLI may report other things on this machine (CPUs, GPUs held); only its fp8 line is asserted.
+    out = subprocess.run([sys.executable, "-m", "serve_app.preflight", "configs/h200-fp8.yaml"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    refused = "in fp8" in out.stderr and "weight-only" in out.stderr
+    assert refused == any(c < FP8_MIN_CAPABILITY for c in _smi_capabilities()), out.stderr
+    assert out.returncode in (0, 1), out.stderr
