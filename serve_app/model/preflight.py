@@ -28,6 +28,7 @@ from typing import Any
 
 from serve_app.config import AppConfig
 from serve_app.log_limit import get_logger
+from serve_app.model.quantization import Fp8Source
 
 logger = get_logger(__name__)
 
@@ -331,7 +332,7 @@ def check_gpu_free(
 FP8_MIN_CAPABILITY = 89
 
 
-def fp8_problems(source: str | None, capabilities: Sequence[int]) -> list[str]:
+def fp8_problems(source: Fp8Source | None, capabilities: Sequence[int]) -> list[str]:
     """Why the engine's fp8 cannot run as fp8 compute on these GPUs (pure).
 
     Args:
@@ -340,20 +341,15 @@ def fp8_problems(source: str | None, capabilities: Sequence[int]) -> list[str]:
         capabilities: each of the replica's GPUs' compute capability, major × 10 + minor (A100: 80).
 
     Returns:
-        One line per GPU below :data:`FP8_MIN_CAPABILITY` when ``source`` is set; else empty.
+        One line per GPU below :data:`FP8_MIN_CAPABILITY` when ``source`` is set, naming the source and its fix;
+        else empty.
     """
     if source is None:
         return []
-    if source == "quantization: fp8":
-        fix = "remove quantization from engine_args on this GPU"
-    elif source.startswith("hf_overrides"):
-        fix = "remove hf_overrides.quantization_config from engine_args on this GPU"
-    else:
-        fix = "serve the bf16 checkpoint on this GPU"
     return [
-        f"GPU {i} has compute capability {c // 10}.{c % 10}: vLLM runs fp8 ({source}) there as weight-only "
+        f"GPU {i} has compute capability {c // 10}.{c % 10}: vLLM runs fp8 ({source.where}) there as weight-only "
         "fp8 (Marlin kernels, activations in bf16): less weight memory but no faster prefill. fp8 needs "
-        f"compute capability 8.9+ (Ada, Hopper: configs/h100-fp8.yaml, configs/h200-fp8.yaml); {fix}"
+        f"compute capability 8.9+ (Ada, Hopper: configs/h100-fp8.yaml, configs/h200-fp8.yaml); {source.fix}"
         for i, c in enumerate(capabilities) if c < FP8_MIN_CAPABILITY
     ]
 
@@ -391,7 +387,7 @@ def read_gpu_capabilities(visible: str | None = None) -> list[int]:
         raise OSError(str(e)) from e
 
 
-def check_fp8(source: str | None, read: Callable[[], list[int]] = read_gpu_capabilities) -> None:
+def check_fp8(source: Fp8Source | None, read: Callable[[], list[int]] = read_gpu_capabilities) -> None:
     """Fails at once when the engine's fp8 (``source``, see :func:`fp8_problems`) would run weight-only on this
     replica's GPUs.
 

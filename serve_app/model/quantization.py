@@ -17,8 +17,27 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+
+@dataclass(frozen=True)
+class Fp8Source:
+    """Where a model replica's fp8 comes from (:func:`fp8_source`).
+
+    Attributes:
+        where: the source in words for an error message, e.g. ``"quantization: fp8"`` or ``"the checkpoint's
+            quantization_config (fp8, static activation scales)"``.
+        fix: what to change to serve on a GPU that runs fp8 only weight-only (below compute capability 8.9).
+    """
+
+    where: str
+    fix: str
+
+
+#: ``engine_args.quantization: fp8``: vLLM quantizes a bf16 checkpoint at load.
+QUANTIZATION_FP8 = Fp8Source("quantization: fp8", "remove quantization from engine_args on this GPU")
 
 
 def _fp8_config(config: object) -> str | None:
@@ -54,35 +73,38 @@ def checkpoint_quantization_config(model: str) -> object:
     return doc.get("quantization_config") if isinstance(doc, dict) else None
 
 
-def fp8_source(engine_args: Mapping[str, Any], checkpoint_config: object) -> str | None:
-    """Where the engine's fp8 would come from, in words for an error message, or None for no fp8.
+def fp8_source(engine_args: Mapping[str, Any], checkpoint_config: object) -> Fp8Source | None:
+    """Where the engine's fp8 would come from, or None for no fp8.
 
     Args:
         engine_args: the config's ``model.engine_args`` (vLLM's engine arguments).
         checkpoint_config: the checkpoint's ``quantization_config`` (:func:`checkpoint_quantization_config`).
 
     Returns:
-        ``"quantization: fp8"``, ``"hf_overrides.quantization_config (…)"``, ``"the checkpoint's
-        quantization_config (…)"`` (the override replaces the checkpoint's) or None. A ``quantization`` argument
-        other than fp8 that differs from the config's ``quant_method`` gives None (vLLM refuses the mismatch).
+        :data:`QUANTIZATION_FP8`, an ``hf_overrides.quantization_config (…)`` or ``the checkpoint's
+        quantization_config (…)`` source (the override replaces the checkpoint's), or None. A ``quantization``
+        argument other than fp8 that differs from the config's ``quant_method`` gives None (vLLM refuses the
+        mismatch).
     """
     quantization = engine_args.get("quantization")
     if quantization == "fp8":
-        return "quantization: fp8"
+        return QUANTIZATION_FP8
     overrides = engine_args.get("hf_overrides")
     if isinstance(overrides, Mapping) and "quantization_config" in overrides:
         where, config = "hf_overrides.quantization_config", overrides["quantization_config"]
+        fix = "remove hf_overrides.quantization_config from engine_args on this GPU"
     else:
         where, config = "the checkpoint's quantization_config", checkpoint_config
+        fix = "serve the bf16 checkpoint on this GPU"
     words = _fp8_config(config)
     if words is None or not isinstance(config, Mapping):
         return None
     if quantization is not None and quantization != config.get("quant_method"):
         return None
-    return f"{where} ({words})"
+    return Fp8Source(f"{where} ({words})", fix)
 
 
-def model_fp8_source(engine_args: Mapping[str, Any], model: str) -> str | None:
+def model_fp8_source(engine_args: Mapping[str, Any], model: str) -> Fp8Source | None:
     """:func:`fp8_source` for a model replica's config: its ``engine_args`` and the ``quantization_config`` of
     the checkpoint at ``model`` (``model.model_id``; a hub id is not read)."""
     return fp8_source(engine_args, checkpoint_quantization_config(model))

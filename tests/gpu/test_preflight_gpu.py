@@ -118,12 +118,13 @@ def test_nvml_capabilities_match_nvidia_smi():
 
 def test_fp8_verdict_follows_the_gpu():
     from serve_app.model.preflight import FP8_MIN_CAPABILITY, HardwareError, check_fp8
+    from serve_app.model.quantization import QUANTIZATION_FP8
 
     if all(c >= FP8_MIN_CAPABILITY for c in _smi_capabilities()):
-        check_fp8("quantization: fp8")  # Ada / Hopper: fp8 compute, no error
+        check_fp8(QUANTIZATION_FP8)  # Ada / Hopper: fp8 compute, no error
     else:
         with pytest.raises(HardwareError, match="weight-only"):
-            check_fp8("quantization: fp8")
+            check_fp8(QUANTIZATION_FP8)
 
 
 def test_preflight_cli_fp8_line_follows_the_gpu():

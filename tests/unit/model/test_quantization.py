@@ -8,7 +8,12 @@ from pathlib import Path
 import pytest
 
 from serve_app.model.preflight import HardwareError, check_fp8
-from serve_app.model.quantization import checkpoint_quantization_config, fp8_source, model_fp8_source
+from serve_app.model.quantization import (
+    QUANTIZATION_FP8,
+    checkpoint_quantization_config,
+    fp8_source,
+    model_fp8_source,
+)
 
 STATIC = {"quant_method": "fp8", "activation_scheme": "static"}
 # llm-compressor's FP8 scheme as compressed-tensors writes it into config.json (abridged)
@@ -19,19 +24,25 @@ COMPRESSED_W4A16 = {"quant_method": "compressed-tensors", "config_groups": {
     "group_0": {"weights": {"num_bits": 4, "type": "int"}}}}
 
 
+def _where(engine_args: dict[str, object], checkpoint_config: object) -> str | None:
+    """:func:`fp8_source`'s words for an error message (None: no fp8)."""
+    source = fp8_source(engine_args, checkpoint_config)
+    return None if source is None else source.where
+
+
 def test_the_quantization_argument_wins():
-    assert fp8_source({"quantization": "fp8"}, None) == "quantization: fp8"
+    assert fp8_source({"quantization": "fp8"}, None) == QUANTIZATION_FP8
     assert fp8_source({"quantization": "fp8", "hf_overrides": {"quantization_config": STATIC}}, None) == (
-        "quantization: fp8")
+        QUANTIZATION_FP8)
     assert fp8_source({"quantization": "awq"}, STATIC) is None  # vLLM refuses the mismatch itself
     assert fp8_source({}, None) is None and fp8_source({"quantization": None}, None) is None
 
 
 def test_a_checkpoints_fp8_config_is_fp8_without_any_argument():
-    assert fp8_source({}, STATIC) == "the checkpoint's quantization_config (fp8, static activation scales)"
-    assert fp8_source({}, {"quant_method": "fp8"}) == (
+    assert _where({}, STATIC) == "the checkpoint's quantization_config (fp8, static activation scales)"
+    assert _where({}, {"quant_method": "fp8"}) == (
         "the checkpoint's quantization_config (fp8, dynamic activation scales)")
-    assert fp8_source({}, COMPRESSED_FP8) == "the checkpoint's quantization_config (fp8 (compressed-tensors))"
+    assert _where({}, COMPRESSED_FP8) == "the checkpoint's quantization_config (fp8 (compressed-tensors))"
     assert fp8_source({"quantization": "compressed-tensors"}, COMPRESSED_FP8) is not None
     assert fp8_source({}, COMPRESSED_W4A16) is None
     assert fp8_source({}, {"quant_method": "awq", "bits": 4}) is None
@@ -40,7 +51,7 @@ def test_a_checkpoints_fp8_config_is_fp8_without_any_argument():
 
 def test_hf_overrides_replace_the_checkpoints_config():
     over = {"hf_overrides": {"quantization_config": STATIC}}
-    assert fp8_source(over, None) == "hf_overrides.quantization_config (fp8, static activation scales)"
+    assert _where(over, None) == "hf_overrides.quantization_config (fp8, static activation scales)"
     assert fp8_source({"hf_overrides": {"quantization_config": COMPRESSED_W4A16}}, STATIC) is None
     assert fp8_source({"hf_overrides": {"rope_theta": 1e6}}, STATIC) is not None  # other overrides: the checkpoint's
 
@@ -58,7 +69,7 @@ def test_the_checkpoints_config_is_read_from_a_local_directory(tmp_path: Path):
 def test_a_calibrated_fp8_checkpoint_is_refused_on_ampere(tmp_path: Path):
     (tmp_path / "config.json").write_text(json.dumps({"quantization_config": COMPRESSED_FP8}))
     source = model_fp8_source({}, str(tmp_path))
-    assert source == "the checkpoint's quantization_config (fp8 (compressed-tensors))"
+    assert source is not None and source.where == "the checkpoint's quantization_config (fp8 (compressed-tensors))"
     with pytest.raises(HardwareError, match="serve the bf16 checkpoint"):
         check_fp8(source, read=lambda: [80])
     check_fp8(source, read=lambda: [90])
