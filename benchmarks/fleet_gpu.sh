@@ -5,6 +5,8 @@
 # 10-s cameras at 4 fps looping the real fixed-camera clip, 256 output tokens, ignore_eos, 1 or 3 questions
 # per window (all asked of every window). A level keeps up when p95 freshness <= 3 s, freshness does not
 # grow and there are no errors. One phase per device call (each <= 600 s); the server stays up between calls.
+# A call that writes more than 8 files under $OUT ends with `bash benchmarks/gpu_machine.sh pack-out`
+# (a device call returns at most 8 files and drops the rest).
 #   bash benchmarks/fleet_gpu.sh plain-start              # plain `vllm serve`, the baseline's flags (background)
 #   bash benchmarks/fleet_gpu.sh plain Q LEVELS           # loadtest --api openai: each window uploaded as a
 #                                                         # video_url data URL to /v1/chat/completions

@@ -11,10 +11,20 @@
 #   bash benchmarks/gpu_machine.sh lifecycle --config C [ARGS]  # python -m benchmarks.lifecycle -> $OUT/lifecycle.json
 #   bash benchmarks/gpu_machine.sh serve CONFIG [key=value ...]   # serve run a derived config (background),
 #                                                     # returns once the app is RUNNING (<= 300 s)
+#   bash benchmarks/gpu_machine.sh pack-out [MAX]     # last in a call: more than MAX (8) files under $OUT ->
+#                                                     # one $OUT/out.tgz (a device call returns at most 8 files and
+#                                                     # drops the rest: 2026-12-07 lost a loop step's lifecycle.json)
 set -uo pipefail
 export PYTHONPATH=/root/site:$PWD PATH=/root/site/bin:$PATH
 export VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1 RAY_DEDUP_LOGS=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+if [ "${1:-}" = pack-out ]; then  # needs no staged bundle: only tar
+  max=${2:-8}; n=$(find "$OUT" -type f | wc -l)
+  if [ "$n" -le "$max" ]; then echo "pack-out: $n files under \$OUT, at most $max: left as they are"; exit 0; fi
+  tmp=$(mktemp /tmp/pack-out.XXXXXX)
+  tar czf "$tmp" -C "$OUT" . && find "$OUT" -mindepth 1 -delete && mv "$tmp" "$OUT/out.tgz" || exit 1
+  echo "pack-out: $n files under \$OUT -> out.tgz (tar xzf out.tgz)"; exit 0
+fi
 [ -f /root/site/.done ] || { echo "gpu_machine: bundle not staged on this machine (/root/site/.done missing)"; exit 3; }
 cmd=${1:?usage: gpu_machine.sh tests|bench|serve ...}; shift
 case "$cmd" in
