@@ -27,8 +27,11 @@
 #                                                         # STACKS_AT_S=60,62: the model replica's thread stacks then
 #                                                         # (graph-start with COSMOS_SERVE_STACKS_ON_SIGUSR1=1)
 #   bash benchmarks/fleet_gpu.sh stop                     # whichever server runs; GPU memory printed
-# Q is 1 or 3; LEVELS e.g. 24,30,36 (ascending); DURATION_S (80) the measured seconds per level; FIRST (0) the
-# first copy index (a later sweep on the same server takes copies no earlier sweep used).
+# Q is 1 or 3; LEVELS e.g. 24,30,36 (ascending: stops at the first level that does not keep up) or 20,16,12
+# (descending: stops at the first level that keeps up, so one call brackets a limit from either side; 2026-12-07
+# spent two calls finding that bf16 failed at 20 and then at 12); DURATION_S (80) the measured seconds per level;
+# FIRST (0) the first copy index (a later sweep on the same server takes copies no earlier sweep used);
+# LEVEL_PAUSE_S (3) the pause between levels.
 # Every camera loops its own copy of the clip (python -m loadtest.distinct), new copies for each level: with one
 # shared clip, window k was the same for every camera, and vLLM served the repeats from its prefix cache by
 # content whatever media UUID the request carried, so the camera counts measured the cache, not the GPU
@@ -78,12 +81,14 @@ case "$phase" in
   plain|graph)
     # Level by level, each camera with its own copy of the clip (python -m loadtest.distinct: the camera's index
     # stamped in a corner), a new set of copies per level, so that no window repeats across cameras or levels;
-    # stops at the first level that does not keep up. Per level: $OUT/fleet_{phase}_q{Q}_{N}.json (+ .log).
+    # stops at the first level that does not keep up (descending LEVELS: at the first that keeps up). Per level:
+    # $OUT/fleet_{phase}_q{Q}_{N}.json (+ .log).
     q=${1:?Q (1 or 3)}; levels=${2:?LEVELS}; mapfile -t qargs < <(questions "$q"); first=${FIRST:-0}
     # Copies still being made in the background share the cores with the level: wait for them first
     # (2026-12-03: plain 3 x 12 run alongside them read p95 10.18 s, freshness falling; rerun alone, 3.29 s).
     while pgrep -f '^python3 -m loadtest.distinct' >/dev/null; do sleep 2; done
-    for n in ${levels//,/ }; do
+    read -r -a lv <<< "${levels//,/ }"; down=0; [ "${#lv[@]}" -ge 2 ] && [ "${lv[0]}" -gt "${lv[1]}" ] && down=1
+    for n in "${lv[@]}"; do
       mapfile -t copies < <(python3 -m loadtest.distinct ".gpu-clips/$CLIP" --cameras "$n" --first "$first" \
         --out-dir .gpu-clips/distinct)
       first=$(( first + n )); name="fleet_${phase}_q${q}_$n"
@@ -106,8 +111,8 @@ case "$phase" in
       cp "$OUT/$name/results.json" "$OUT/$name.json" 2>/dev/null
       grep -E "keeps up|falls behind|p95 freshness" "$OUT/$name.log" | tail -3
       pack "$name"
-      [ $rc = 0 ] || break
-      sleep 3
+      if [ $down = 1 ]; then [ $rc = 0 ] && break; else [ $rc = 0 ] || break; fi
+      sleep "${LEVEL_PAUSE_S:-3}"
     done ;;
   graph-start)
     config=configs/h200.yaml; case "${1:-}" in configs/*) config=$1; shift;; esac

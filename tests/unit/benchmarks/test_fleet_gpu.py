@@ -88,3 +88,48 @@ def test_stacks_are_asked_after_a_graph_start_that_set_the_handler(tmp_path: Pat
     assert "STACKS_AT_S ignored" not in result.stdout
     assert "== burst run1 rc=2" in result.stdout
     assert "stacks: " in result.stdout  # the sender started and was stopped with the steps
+
+
+def _levels(tmp_path: Path, levels: str, keeps_up_at_most: int) -> list[int]:
+    """``graph 1 LEVELS`` against a stand-in ``python3``: ``-m loadtest.distinct`` lists N copies, ``-m loadtest``
+    records its ``--sweep`` level and keeps up (exit 0) at ``keeps_up_at_most`` cameras or fewer (exit 1 above, as
+    the load tester does when no level keeps up); ``-c`` runs this interpreter. Returns the levels run, in order."""
+    bin_dir, ran = tmp_path / "bin", tmp_path / "levels.txt"
+    bin_dir.mkdir()
+    fake = bin_dir / "python3"
+    fake.write_text(f"""#!/bin/bash
+if [ "$1" = -c ]; then exec {sys.executable} "$@"; fi
+if [ "$1 $2" = "-m loadtest.distinct" ]; then
+  while [ $# -gt 0 ]; do [ "$1" = --cameras ] && n=$2; shift; done
+  for i in $(seq 1 "$n"); do echo "distinct/cam$i.mp4"; done; exit 0
+fi
+if [ "$1 $2" = "-m loadtest" ]; then
+  while [ $# -gt 0 ]; do [ "$1" = --sweep ] && n=$2; shift; done
+  echo "$n" >> {ran}; [ "$n" -le {keeps_up_at_most} ]; exit $?
+fi
+exit 9
+""")
+    fake.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", "OUT": str(tmp_path / "out"),
+           "LEVEL_PAUSE_S": "0"}
+    result = subprocess.run(["bash", str(SCRIPT), "graph", "1", levels], cwd=ROOT, env=env, capture_output=True,
+                            text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    return [int(line) for line in ran.read_text().split()] if ran.exists() else []
+
+
+def test_ascending_levels_stop_at_the_first_that_does_not_keep_up(tmp_path: Path) -> None:
+    assert _levels(tmp_path, "12,16,20,24", keeps_up_at_most=17) == [12, 16, 20]
+
+
+def test_descending_levels_stop_at_the_first_that_keeps_up(tmp_path: Path) -> None:
+    # 2026-12-07: bf16 failed at 20 in one call and at 12 in the next; one descending call brackets the limit.
+    assert _levels(tmp_path, "20,16,12,8", keeps_up_at_most=13) == [20, 16, 12]
+
+
+def test_descending_levels_run_all_when_none_keeps_up(tmp_path: Path) -> None:
+    assert _levels(tmp_path, "20,16", keeps_up_at_most=4) == [20, 16]
+
+
+def test_one_level_runs_alone(tmp_path: Path) -> None:
+    assert _levels(tmp_path, "12", keeps_up_at_most=4) == [12]
