@@ -28,10 +28,9 @@
 #                                                         # (graph-start with COSMOS_SERVE_STACKS_ON_SIGUSR1=1)
 #   bash benchmarks/fleet_gpu.sh stop                     # whichever server runs; GPU memory printed
 # Q is 1 or 3; LEVELS e.g. 24,30,36 (ascending: stops at the first level that does not keep up) or 20,16,12
-# (descending: stops at the first level that keeps up, so one call brackets a limit from either side; 2026-12-07
-# spent two calls finding that bf16 failed at 20 and then at 12); DURATION_S (80) the measured seconds per level;
-# FIRST (0) the first copy index (a later sweep on the same server takes copies no earlier sweep used);
-# LEVEL_PAUSE_S (3) the pause between levels.
+# (descending: stops at the first level that keeps up; benchmarks/levels.sh); DURATION_S (80) the measured
+# seconds per level; FIRST (0) the first copy index (a later sweep on the same server takes copies no earlier
+# sweep used); LEVEL_PAUSE_S (3) the pause between levels.
 # Every camera loops its own copy of the clip (python -m loadtest.distinct), new copies for each level: with one
 # shared clip, window k was the same for every camera, and vLLM served the repeats from its prefix cache by
 # content whatever media UUID the request carried, so the camera counts measured the cache, not the GPU
@@ -42,6 +41,7 @@
 set -uo pipefail
 export PYTHONPATH=/root/site:$PWD PATH=/root/site/bin:$PATH VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+source "$(dirname "${BASH_SOURCE[0]}")/levels.sh"
 # Where graph-start keeps the name of COSMOS_SERVE_ENGINE_TIMINGS's file for burst (a later call).
 TIMINGS_NAME=${ENGINE_TIMINGS_NAME_FILE:-/tmp/engine_timings.path}
 # Left by graph-start when the model replica prints its threads' stacks on SIGUSR1 (COSMOS_SERVE_STACKS_ON_SIGUSR1).
@@ -87,8 +87,8 @@ case "$phase" in
     # Copies still being made in the background share the cores with the level: wait for them first
     # (2026-12-03: plain 3 x 12 run alongside them read p95 10.18 s, freshness falling; rerun alone, 3.29 s).
     while pgrep -f '^python3 -m loadtest.distinct' >/dev/null; do sleep 2; done
-    read -r -a lv <<< "${levels//,/ }"; down=0; [ "${#lv[@]}" -ge 2 ] && [ "${lv[0]}" -gt "${lv[1]}" ] && down=1
-    for n in "${lv[@]}"; do
+    down=0; levels_descending "$levels" && down=1
+    for n in ${levels//,/ }; do
       mapfile -t copies < <(python3 -m loadtest.distinct ".gpu-clips/$CLIP" --cameras "$n" --first "$first" \
         --out-dir .gpu-clips/distinct)
       first=$(( first + n )); name="fleet_${phase}_q${q}_$n"
@@ -111,7 +111,7 @@ case "$phase" in
       cp "$OUT/$name/results.json" "$OUT/$name.json" 2>/dev/null
       grep -E "keeps up|falls behind|p95 freshness" "$OUT/$name.log" | tail -3
       pack "$name"
-      if [ $down = 1 ]; then [ $rc = 0 ] && break; else [ $rc = 0 ] || break; fi
+      level_ends_sweep $down $rc && break
       sleep "${LEVEL_PAUSE_S:-3}"
     done ;;
   graph-start)

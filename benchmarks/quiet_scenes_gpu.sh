@@ -15,11 +15,15 @@
 # Every camera loops its own copy of the clip (python -m loadtest.distinct: its index stamped in a corner), new
 # copies for every level and phase (the next index is kept in /tmp/distinct.next): on 2026-12-02 all cameras
 # looped one clip, vLLM matched the identical windows by content, and the camera counts measured its caches
-# (results/gpu/quiet-scenes/README.md, "Correction"). Levels run one at a time and stop at the first failure.
+# (results/gpu/quiet-scenes/README.md, "Correction"). Levels run one at a time; ascending LEVELS stop at the first
+# failure, descending ones at the first level that keeps up (benchmarks/levels.sh). LEVEL_PAUSE_S (3): the pause
+# between levels; DISTINCT_NEXT_FILE (/tmp/distinct.next): where the next copy index is kept.
 set -uo pipefail
 export PYTHONPATH=/root/site:$PWD PATH=/root/site/bin:$PATH PYTHONUNBUFFERED=1
 # Results go one folder deep ($OUT/NAME/...): the device tool left out deeper folders (2026-12-02).
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+source "$(dirname "${BASH_SOURCE[0]}")/levels.sh"
+NEXT=${DISTINCT_NEXT_FILE:-/tmp/distinct.next}
 CK=$PWD/checkpoints/cosmos-reason1-7b-dummy
 REAL=intel_one-by-one-person-detection.mp4 GEN=generated_quiet_room.mp4
 # The device tool brings back at most 8 files from $OUT (2026-12-02: the level folders' answers.csv were left
@@ -27,14 +31,15 @@ REAL=intel_one-by-one-person-detection.mp4 GEN=generated_quiet_room.mp4
 pack() { local d=$1; shift; tar czf "$OUT/$d.tgz" -C "$OUT" "$d" "$d.log" "$@" 2>/dev/null \
   && (cd "$OUT" && rm -rf "./$d" "./$d.log" "$@"); }
 phase=${1:?serve|real-off|real-on|generated-on|stop}; shift
-copies() {  # clip n: sets files=(--file distinct/NAME ...), n new copies (indices from /tmp/distinct.next)
-  local first c; first=$(cat /tmp/distinct.next 2>/dev/null || echo 0); echo $(( first + $2 )) > /tmp/distinct.next
+copies() {  # clip n: sets files=(--file distinct/NAME ...), n new copies (indices from $NEXT)
+  local first c; first=$(cat "$NEXT" 2>/dev/null || echo 0); echo $(( first + $2 )) > "$NEXT"
   mapfile -t made < <(python3 -m loadtest.distinct ".gpu-clips/$1" --cameras "$2" --first "$first" \
     --out-dir .gpu-clips/distinct)
   files=(); for c in "${made[@]}"; do files+=(--file "distinct/$(basename "$c")"); done
 }
 lt() {  # name levels clip [loadtest args...]
-  local name=$1 levels=$2 clip=$3 n rc; shift 3
+  local name=$1 levels=$2 clip=$3 n rc down=0; shift 3
+  levels_descending "$levels" && down=1
   for n in ${levels//,/ }; do
     copies "$clip" "$n"
     python3 -m loadtest --streams --target http://127.0.0.1:8000 --window-s 10 --fps 4 --max-tokens 256 \
@@ -44,8 +49,8 @@ lt() {  # name levels clip [loadtest args...]
     cp "$OUT/${name}_$n/results.json" "$OUT/${name}_$n.json" 2>/dev/null
     top -bn1 | head -15 > "$OUT/${name}_$n.top.txt"
     pack "${name}_$n" "${name}_$n.top.txt"
-    [ $rc = 0 ] || break
-    sleep 3
+    level_ends_sweep $down $rc && break
+    sleep "${LEVEL_PAUSE_S:-3}"
   done
 }
 case "$phase" in
