@@ -78,7 +78,9 @@ def test_the_pair_config_puts_two_replicas_on_one_gpu_with_half_its_memory_each(
     assert (cfg.model_replica.num_replicas, cfg.model_replica.num_gpus) == (2, 0.5)
     assert cfg.model.engine_args["gpu_memory_utilization"] * 2 <= 0.9
     base = app_config_from_file(configs / "h200.yaml")
-    assert cfg.model.engine_args["max_num_seqs"] * 2 == base.model.engine_args["max_num_seqs"]  # same in all
+    # Each engine has ~40 GiB of KV cache (~88 full clips), not h200.yaml's ~110 GB: no more in all than the single
+    # replica runs (h200.yaml went to 256 for 3-question windows sharing their clip's blocks, fleet-lease20).
+    assert cfg.model.engine_args["max_num_seqs"] * 2 <= base.model.engine_args["max_num_seqs"]
     assert cfg.model.warmup_decode_sweep == cfg.model.engine_args["max_num_seqs"]
 
 

@@ -96,3 +96,20 @@ def test_every_config_states_the_model_context(path):
     (vLLM: engine_args.max_model_len; the CPU engine: model.max_model_len)."""
     for app in yaml.safe_load(path.read_text())["applications"]:
         assert AppConfig.model_validate(app.get("args") or {}).model.context_tokens, path.name
+
+
+VLLM_CONFIGS = [p for p in CONFIGS
+                if any((app.get("args") or {}).get("model", {}).get("backend") == "vllm"
+                       for app in yaml.safe_load(p.read_text())["applications"])]
+
+
+@pytest.mark.parametrize("path", VLLM_CONFIGS, ids=lambda p: p.name)
+def test_vllm_configs_size_the_replica_and_the_sweep_by_max_num_seqs(path):
+    """The model replica admits as many requests as vLLM runs at once, and the decode sweep (where on) warms every
+    batch size up to it: a config that raises ``max_num_seqs`` (2026-12-07: 128 -> 256 on the H200 configs,
+    results/gpu/fleet-lease20/) without the other two would queue in Serve or meet a cold batch size."""
+    for app in yaml.safe_load(path.read_text())["applications"]:
+        config = AppConfig.model_validate(app["args"])
+        seqs = config.model.engine_args["max_num_seqs"]
+        assert config.model_replica.max_ongoing_requests == seqs, path.name
+        assert config.model.warmup_decode_sweep in (0, seqs), path.name
