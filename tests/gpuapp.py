@@ -14,8 +14,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @contextmanager
 def gpu_graph(config: str, checkpoint: Path, served_name: str, name: str, **model: Any) -> Iterator[str]:
-    """Runs ``configs/<config>`` on ``checkpoint`` (dummy weights, eager, 16 sequences, tests/data allowed)
-    under a fresh Ray and Serve; yields the base URL, then shuts both down. ``model`` overrides model keys."""
+    """Runs ``configs/<config>`` on ``checkpoint`` (dummy weights, eager, 16 sequences and a decode sweep of at
+    most 16, tests/data allowed) under a fresh Ray and Serve; yields the base URL, then shuts both down.
+    ``model`` overrides model keys."""
     import ray
     from ray import serve
 
@@ -25,6 +26,8 @@ def gpu_graph(config: str, checkpoint: Path, served_name: str, name: str, **mode
     cfg = app_config_from_file(ROOT / "configs" / config).model_dump(mode="json")
     cfg["model"].update(model_id=str(checkpoint), served_model_name=served_name, allow_ignore_eos=True, **model)
     cfg["model"]["engine_args"].update(load_format="dummy", enforce_eager=True, max_num_seqs=16)
+    # The decode sweep is sized by max_num_seqs (configs/h200.yaml: 256): at 16 a longer sweep only queues.
+    cfg["model"]["warmup_decode_sweep"] = min(cfg["model"]["warmup_decode_sweep"], 16)
     cfg["sources"]["allowed_roots"] = [str(ROOT / "tests" / "data")]
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
