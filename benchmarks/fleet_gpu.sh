@@ -38,10 +38,13 @@
 # prefix cache off on both sides (questions 2 and 3 of a window then pay their full prefill).
 # The copies (~12 CPU-s each for the 139-s clip, in parallel) are written into .gpu-clips/distinct (kept).
 # Results: $OUT/fleet_{plain,graph}_q{Q}_{N}.json per level N (the load tester's results) and .tgz (its folder and log).
+# A server's derived config (graph-start) and log (stop): fleet_graph_config.yaml, fleet_{graph_serve,plain_server}.log.gz;
+# a second server in the same device call gets .2. before the extension (benchmarks/out_names.sh).
 set -uo pipefail
 export PYTHONPATH=/root/site:$PWD PATH=/root/site/bin:$PATH VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 source "$(dirname "${BASH_SOURCE[0]}")/levels.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/out_names.sh"
 # Where graph-start keeps the name of COSMOS_SERVE_ENGINE_TIMINGS's file for burst (a later call).
 TIMINGS_NAME=${ENGINE_TIMINGS_NAME_FILE:-/tmp/engine_timings.path}
 # Left by graph-start when the model replica prints its threads' stacks on SIGUSR1 (COSMOS_SERVE_STACKS_ON_SIGUSR1).
@@ -128,7 +131,7 @@ case "$phase" in
     echo "${COSMOS_SERVE_ENGINE_TIMINGS:-}" > "$TIMINGS_NAME"
     # burst's STACKS_AT_S sends SIGUSR1, which ends a replica that did not register the handler: only with this mark.
     if [ -n "${COSMOS_SERVE_STACKS_ON_SIGUSR1:-}" ]; then touch "$STACKS_MARK"; else rm -f "$STACKS_MARK"; fi
-    cp /tmp/derived.yaml "$OUT/fleet_graph_config.yaml" ;;
+    cp /tmp/derived.yaml "$(out_path fleet_graph_config.yaml)" ;;
   crosscheck)
     # Issue 26's cross-check with a tool no one here wrote. The windows are cut once (benchmarks.workload:
     # distinct start offsets over the clip) into .gpu-clips/xwin, under both servers' allowed media paths.
@@ -208,10 +211,10 @@ PY
   stop)
     if [ -f /tmp/plain_server.log ]; then
       kill -INT -- -"$(cat /tmp/plain.pid)" 2>/dev/null; sleep 8
-      gzip -c /tmp/plain_server.log > "$OUT/fleet_plain_server.log.gz"; rm -f /tmp/plain_server.log /tmp/plain.pid
+      gzip -c /tmp/plain_server.log > "$(out_path fleet_plain_server.log.gz)"; rm -f /tmp/plain_server.log /tmp/plain.pid
     fi
     if [ -f /tmp/serve.log ]; then
-      gzip -c /tmp/serve.log > "$OUT/fleet_graph_serve.log.gz"
+      gzip -c /tmp/serve.log > "$(out_path fleet_graph_serve.log.gz)"
       RAY_AUTH_MODE=token serve shutdown -y >/dev/null 2>&1; sleep 5; ray stop --force >/dev/null 2>&1
       rm -f /tmp/serve.log "$TIMINGS_NAME" "$STACKS_MARK"
     fi

@@ -23,6 +23,7 @@ export PYTHONPATH=/root/site:$PWD PATH=/root/site/bin:$PATH PYTHONUNBUFFERED=1
 # Results go one folder deep ($OUT/NAME/...): the device tool left out deeper folders (2026-12-02).
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 source "$(dirname "${BASH_SOURCE[0]}")/levels.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/out_names.sh"
 NEXT=${DISTINCT_NEXT_FILE:-/tmp/distinct.next}
 CK=$PWD/checkpoints/cosmos-reason1-7b-dummy
 REAL=intel_one-by-one-person-detection.mp4 GEN=generated_quiet_room.mp4
@@ -58,7 +59,7 @@ case "$phase" in
     bash benchmarks/gpu_machine.sh serve configs/h200.yaml model.model_id=$CK model.engine_args.load_format=dummy \
       model.allow_ignore_eos=true "sources.allowed_roots=[\"$PWD/.gpu-clips\"]" streams.max_streams=256 \
       streams.max_frame_memory_bytes=34359738368 "$@" || exit 5
-    cp /tmp/derived.yaml "$OUT/derived.yaml" ;;
+    cp /tmp/derived.yaml "$(out_path derived.yaml)" ;;
   real-off) lt real-off "${1:?levels}" $REAL ;;
   real-on) lt real-on "${1:?levels}" $REAL --skip-unchanged 0.01 --max-skip-s 60 ;;
   generated-on) lt generated-on "${1:?levels}" $GEN --skip-unchanged 0.01 --max-skip-s 60 ;;
@@ -71,7 +72,7 @@ case "$phase" in
       > "$OUT/worker-on_$n.log" 2>&1
     echo "== worker-on $n rc=$?"; grep -E "^\{|wrote|Error" "$OUT/worker-on_$n.log"; pack "worker-on_$n" ;;
   stop)
-    cp /tmp/serve.log "$OUT/serve.log" && gzip -f "$OUT/serve.log"
+    [ -f /tmp/serve.log ] && gzip -c /tmp/serve.log > "$(out_path serve.log.gz)"
     RAY_AUTH_MODE=token serve shutdown -y >/dev/null 2>&1; sleep 5; ray stop --force >/dev/null 2>&1
     nvidia-smi --query-gpu=memory.used --format=csv,noheader ;;
   *) echo "unknown phase $phase"; exit 2 ;;

@@ -1,0 +1,15 @@
+#!/bin/bash
+# Sourced by benchmarks/fleet_gpu.sh and benchmarks/quiet_scenes_gpu.sh: a file name under $OUT that no earlier
+# phase of the same device call wrote. A server's start and stop leave fixed names (its derived config, its
+# log), and one call may stop one server and start the next (2026-12-07: two stops in one call wrote
+# fleet_graph_serve.log.gz twice, and the first server's whole log was lost).
+
+# out_path NAME: "$OUT/NAME" when free, else "$OUT/STEM.2.EXT", "$OUT/STEM.3.EXT", ... where NAME is STEM.EXT
+# split at its first dot (fleet_graph_serve.log.gz: fleet_graph_serve.2.log.gz).
+out_path() {
+  local name=$1 stem ext k=2
+  [ -e "$OUT/$name" ] || { echo "$OUT/$name"; return; }
+  stem=${name%%.*}; ext=${name#"$stem"}
+  while [ -e "$OUT/$stem.$k$ext" ]; do k=$((k + 1)); done
+  echo "$OUT/$stem.$k$ext"
+}
