@@ -17,11 +17,15 @@ from __future__ import annotations
 
 import json
 import re
-import xml.etree.ElementTree as ET
+import sys
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[2]))
+
+from benchmarks.fleet_results import camera_level, gpu_tests  # noqa: E402
+
 GRAPH = ("streams.workers=3 model.engine_args.max_num_seqs=256 model.warmup_decode_sweep=256 "
          "model_replica.max_ongoing_requests=256 decoder.autoscaling_config.min_replicas=6")
 STATIC = ("'model.engine_args.hf_overrides={\"quantization_config\":{\"quant_method\":\"fp8\","
@@ -48,30 +52,9 @@ def _steps(server: str) -> dict[str, dict[str, Any]]:
             for step, s in found.items()}
 
 
-def _level(server: str, cameras: int) -> dict[str, Any]:
-    """One camera level's verdict, freshness and the server's split (ms) from ``loadtest --streams``'s results."""
-    (level,) = json.loads((HERE / "cameras" / f"{server}_q1_{cameras}.json").read_text())["levels"]
-    total, ms = level["total"], level["total"]["server_ms"]
-    return {"cameras": cameras, "keeps_up": level["summary"]["keeps_up"], "reasons": level["summary"]["reasons"],
-            "freshness_growth_s_per_s": level["summary"]["freshness_growth_s_per_s"],
-            "freshness_s_p50": total["freshness_s_p50"], "freshness_s_p95": total["freshness_s_p95"],
-            "answers_per_s": total["answers_per_s"], "windows_cut": total["windows_cut"],
-            "dropped_total": total["dropped_total"], "ttft_ms_p50": ms["ttft_ms"]["p50"],
-            "model_ms_p50": ms["model_ms"]["p50"], "model_ms_p95": ms["model_ms"]["p95"]}
-
-
-def _gpu_tests() -> dict[str, Any]:
-    suite = ET.parse(HERE / "gpu-tests" / "gpu-junit.xml").getroot()
-    suite = suite if suite.tag == "testsuite" else suite[0]
-    return {"command": "bash benchmarks/gpu_machine.sh tests tests/gpu/test_preflight_gpu.py",
-            **{k: int(suite.get(k, "0")) for k in ("tests", "failures", "errors", "skipped")},
-            "time_s": float(suite.get("time", "0")),
-            "cases": [case.get("name") for case in suite.iter("testcase")]}
-
-
 def main() -> None:
     steps = {server: _steps(server) for server in SERVERS}
-    levels = {f"{s}_{n}": _level(s, n) for s, n, _ in LEVELS}
+    levels = {f"{s}_{n}": camera_level(HERE / "cameras" / f"{s}_q1_{n}.json") for s, n, _ in LEVELS}
 
     def ratio(step: str, key: str) -> float:
         return round(steps["s8"][step][key] / steps["b16"][step][key], 3)
@@ -125,7 +108,8 @@ def main() -> None:
             "answer_time_bf16_vs_fp8_static_at_12_cameras": round(levels["b16_12"]["model_ms_p50"]
                                                                   / levels["s8_12"]["model_ms_p50"], 3),
         },
-        "gpu_tests": _gpu_tests(),
+        "gpu_tests": gpu_tests(HERE / "gpu-tests" / "gpu-junit.xml",
+                               "bash benchmarks/gpu_machine.sh tests tests/gpu/test_preflight_gpu.py"),
     }
     (HERE / "fleet_lease19_h100.json").write_text(json.dumps(out, indent=1) + "\n")
     print(json.dumps(out["ratios_same_lease"], indent=1), json.dumps(out["cameras"]["kept_up_most"]),

@@ -16,61 +16,34 @@ Run from the repository root: ``python results/gpu/fleet-lease20/summarize.py``.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
-from typing import Any
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[2]))
+
+from benchmarks.fleet_results import camera_level, loop_step, max_num_seqs  # noqa: E402
+
 GRAPH = ("streams.workers=3 model.engine_args.max_num_seqs=256 model.warmup_decode_sweep=256 "
          "model_replica.max_ongoing_requests=256 decoder.autoscaling_config.min_replicas=6")
 N128 = GRAPH.replace("max_num_seqs=256", "max_num_seqs=128").replace("sweep=256", "sweep=128")
 STATIC = ("'model.engine_args.hf_overrides={\"quantization_config\":{\"quant_method\":\"fp8\","
           "\"activation_scheme\":\"static\"}}'")
 SERVERS = {"b16": "configs/h200.yaml", "s8": f"configs/h200-fp8.yaml {STATIC}"}
+CONFIG = "fleet_graph_config.yaml"
 LOOP = "SUSTAIN_STAGGER_S=30 SUSTAIN_S=110 SUSTAIN_WARMUP_S=45 bash benchmarks/fleet_gpu.sh burst"
 # Each server's sweep as run: (server, LEVELS, FIRST); the levels that ran, with the copy index each one used.
 SWEEPS = (("b16", "11,10,8", 0), ("s8", "22,20,16", 21))
 LEVELS = (("b16", 11, 0), ("b16", 10, 11), ("s8", 22, 21), ("s8", 20, 43))
-STEP_KEYS = ("questions_per_window", "sent", "statuses", "counted", "windows_per_s", "windows_per_s_by_latency",
-             "answers_per_s", "latency_mean_s", "latency_p95_s", "ended_per_10s", "ran_out_of_windows",
-             "server_split_mean_ms")
-
-
-def _level(server: str, cameras: int) -> dict[str, Any]:
-    """One camera level's verdict, freshness and the server's split (ms) from ``loadtest --streams``'s results."""
-    (level,) = json.loads((HERE / "cameras" / f"{server}_q1_{cameras}.json").read_text())["levels"]
-    total, ms = level["total"], level["total"]["server_ms"]
-    return {"cameras": cameras, "keeps_up": level["summary"]["keeps_up"], "reasons": level["summary"]["reasons"],
-            "freshness_growth_s_per_s": level["summary"]["freshness_growth_s_per_s"],
-            "freshness_s_p50": total["freshness_s_p50"], "freshness_s_p95": total["freshness_s_p95"],
-            "answers_per_s": total["answers_per_s"], "windows_cut": total["windows_cut"],
-            "dropped_total": total["dropped_total"], "ttft_ms_p50": ms["ttft_ms"]["p50"],
-            "model_ms_p50": ms["model_ms"]["p50"], "model_ms_p95": ms["model_ms"]["p95"]}
-
-
-def _step(folder: str) -> dict[str, Any]:
-    """The one loop step in ``folder/lifecycle.json``, checked against its ``== sustain3:`` line in ``burst.log``."""
-    (saved,) = json.loads((HERE / folder / "lifecycle.json").read_text())["steps"]
-    line = next(x for x in (HERE / folder / "burst.log").read_text().splitlines() if x.startswith("== sustain3: "))
-    logged = json.loads(line.removeprefix("== sustain3: "))
-    if any(saved[k] != logged[k] for k in ("sent", "counted", "windows_per_s", "latency_mean_s")):
-        raise SystemExit(f"{folder}: burst.log and lifecycle.json disagree")
-    return {k: saved[k] for k in STEP_KEYS}
-
-
-def _max_num_seqs(folder: str) -> int:
-    """``max_num_seqs`` as the server's derived config (``fleet_graph_config.yaml``) set it."""
-    lines = (HERE / folder / "fleet_graph_config.yaml").read_text().splitlines()
-    (value,) = {int(x.split(":")[1]) for x in lines if x.strip().startswith("max_num_seqs:")}
-    return value
 
 
 def main() -> None:
-    levels = {f"{s}_{n}": _level(s, n) for s, n, _ in LEVELS}
+    levels = {f"{s}_{n}": camera_level(HERE / "cameras" / f"{s}_q1_{n}.json") for s, n, _ in LEVELS}
     kept = {s: max(v["cameras"] for k, v in levels.items() if k.startswith(s + "_") and v["keeps_up"]) for s in SERVERS}
     failed = {s: min(v["cameras"] for k, v in levels.items() if k.startswith(s + "_") and not v["keeps_up"])
               for s in SERVERS}
-    steps = {"s8n256": _step("s8n256") | {"max_num_seqs": _max_num_seqs("s8")},
-             "s8n128": _step("s8n128") | {"max_num_seqs": _max_num_seqs("s8n128")}}
+    steps = {name: loop_step(HERE / name, "sustain3") | {"max_num_seqs": max_num_seqs(HERE / server / CONFIG)}
+             for name, server in (("s8n256", "s8"), ("s8n128", "s8n128"))}
 
     def seqs_ratio(key: str) -> float:
         return round(steps["s8n256"][key] / steps["s8n128"][key], 3)

@@ -1,0 +1,91 @@
+"""Readers for the files ``benchmarks/fleet_gpu.sh`` brings back from a lease (issue 26).
+
+Each lease's ``results/gpu/fleet-leaseN/summarize.py`` sums its own files up with these, so that a camera level,
+a closed-loop step and a server's ``max_num_seqs`` are read one way in every lease:
+
+- :func:`camera_level`: one level of ``python -m loadtest --streams`` (``fleet_graph_qQ_N.json``, renamed
+  ``cameras/SERVER_qQ_N.json`` in a lease's folder);
+- :func:`loop_step`: one ``sustainN`` or ``questionsN`` step of ``benchmarks.lifecycle`` (``lifecycle.json``),
+  checked against the ``== STEP: {...}`` line that ``fleet_gpu.sh burst`` logs for it (``burst.log``);
+- :func:`max_num_seqs`: the engine's ``max_num_seqs`` as a server's derived config (``fleet_graph_config.yaml``)
+  set it;
+- :func:`gpu_tests`: the counts and case names of a ``tests/gpu`` run's JUnit file (``gpu_machine.sh tests``).
+"""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+# What a loop step's summary keeps: rates in windows/s and answers/s, latencies in s, the server's split in ms.
+STEP_KEYS = ("questions_per_window", "sent", "statuses", "counted", "windows_per_s", "windows_per_s_by_latency",
+             "answers_per_s", "latency_mean_s", "latency_p95_s", "ended_per_10s", "ran_out_of_windows",
+             "server_split_mean_ms")
+# The fields in which a step's burst.log line and its lifecycle.json must agree.
+_CHECKED = ("sent", "counted", "windows_per_s", "latency_mean_s")
+
+
+def camera_level(path: Path) -> dict[str, Any]:
+    """One camera level's verdict, freshness (s) and the server's split (ms), from ``loadtest --streams``'s results.
+
+    ``path`` holds the results of a sweep of exactly one level (``fleet_gpu.sh`` runs one level per load-tester
+    run). Returns ``cameras``, ``keeps_up`` with its ``reasons``, ``freshness_growth_s_per_s``, freshness p50/p95
+    (s), answers/s, windows cut and dropped, TTFT p50 and the model replica's time p50/p95 (ms).
+    Raises ``ValueError`` when the file holds more or fewer than one level, ``KeyError`` when a field is missing.
+    """
+    levels = json.loads(path.read_text())["levels"]
+    if len(levels) != 1:
+        raise ValueError(f"{path.name}: {len(levels)} levels, expected one")
+    (level,) = levels
+    total, ms = level["total"], level["total"]["server_ms"]
+    return {"cameras": level["cameras"], "keeps_up": level["summary"]["keeps_up"],
+            "reasons": level["summary"]["reasons"],
+            "freshness_growth_s_per_s": level["summary"]["freshness_growth_s_per_s"],
+            "freshness_s_p50": total["freshness_s_p50"], "freshness_s_p95": total["freshness_s_p95"],
+            "answers_per_s": total["answers_per_s"], "windows_cut": total["windows_cut"],
+            "dropped_total": total["dropped_total"], "ttft_ms_p50": ms["ttft_ms"]["p50"],
+            "model_ms_p50": ms["model_ms"]["p50"], "model_ms_p95": ms["model_ms"]["p95"]}
+
+
+def loop_step(folder: Path, step: str) -> dict[str, Any]:
+    """The one step named ``step`` in ``folder/lifecycle.json``, checked against its line in ``folder/burst.log``.
+
+    Returns the step's :data:`STEP_KEYS`. Raises ``ValueError`` when the log has no ``== STEP: `` line or when the
+    two disagree in sent, counted, windows/s or mean latency.
+    """
+    (saved,) = json.loads((folder / "lifecycle.json").read_text())["steps"]
+    prefix = f"== {step}: "
+    lines = [x for x in (folder / "burst.log").read_text().splitlines() if x.startswith(prefix)]
+    if len(lines) != 1:
+        raise ValueError(f"{folder.name}/burst.log: {len(lines)} '{prefix.strip()}' lines, expected one")
+    logged = json.loads(lines[0].removeprefix(prefix))
+    if any(saved[k] != logged[k] for k in _CHECKED):
+        raise ValueError(f"{folder.name}: burst.log and lifecycle.json disagree on {step}")
+    return {k: saved[k] for k in STEP_KEYS}
+
+
+def max_num_seqs(config: Path) -> int:
+    """``max_num_seqs`` as a server's derived config (``fleet_graph_config.yaml``) set it.
+
+    Raises ``ValueError`` when the config sets it more than once with different values, or not at all.
+    """
+    lines = config.read_text().splitlines()
+    values = {int(x.split(":")[1]) for x in lines if x.strip().startswith("max_num_seqs:")}
+    if len(values) != 1:
+        raise ValueError(f"{config.name}: max_num_seqs set to {sorted(values)}, expected one value")
+    (value,) = values
+    return value
+
+
+def gpu_tests(junit: Path, command: str) -> dict[str, Any]:
+    """A ``tests/gpu`` run's counts, time (s) and case names from its JUnit file (``gpu-junit.xml``).
+
+    ``command`` is the device command that ran it, kept in the summary. Raises ``ET.ParseError`` on a file that is
+    not XML.
+    """
+    suite = ET.parse(junit).getroot()
+    suite = suite if suite.tag == "testsuite" else suite[0]
+    return {"command": command, **{k: int(suite.get(k, "0")) for k in ("tests", "failures", "errors", "skipped")},
+            "time_s": float(suite.get("time", "0")), "cases": [case.get("name") for case in suite.iter("testcase")]}
