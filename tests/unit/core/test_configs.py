@@ -113,3 +113,17 @@ def test_vllm_configs_size_the_replica_and_the_sweep_by_max_num_seqs(path):
         seqs = config.model.engine_args["max_num_seqs"]
         assert config.model_replica.max_ongoing_requests == seqs, path.name
         assert config.model.warmup_decode_sweep in (0, seqs), path.name
+
+
+@pytest.mark.parametrize("suffix", ["", "-fp8"])
+def test_h100_configs_run_the_model_settings_measured_on_an_h100(suffix):
+    """Every H100 figure since the thirteenth lease ran ``configs/h200*.yaml``'s model settings on an H100 80GB
+    (results/gpu/fleet-lease13 to -lease21); until 2026-12-07 ``h100.yaml`` kept older ones (``max_num_seqs`` 96,
+    the HF processor, no vision-tower compile) that no lease measured. The two stay equal in the model and the
+    model replica; the decode tier may differ (host cores)."""
+    h100, h200 = ({app["name"]: app["args"] for app in yaml.safe_load(
+        (ROOT / "configs" / f"{card}{suffix}.yaml").read_text())["applications"]} for card in ("h100", "h200"))
+    assert h100.keys() == h200.keys()
+    for name in h100:
+        for section in ("model", "model_replica"):
+            assert h100[name][section] == h200[name][section], f"h100{suffix}.yaml {name} {section}"
