@@ -5,6 +5,7 @@ a closed-loop step and a server's ``max_num_seqs`` are read one way in every lea
 
 - :func:`camera_level`: one level of ``python -m loadtest --streams`` (``fleet_graph_qQ_N.json``, renamed
   ``cameras/SERVER_qQ_N.json`` in a lease's folder);
+- :func:`camera_limits`: per server, the most cameras a level kept up with and the fewest a level failed at;
 - :func:`loop_step`: one ``sustainN`` or ``questionsN`` step of ``benchmarks.lifecycle`` (``lifecycle.json``),
   checked against the ``== STEP: {...}`` line that ``fleet_gpu.sh burst`` logs for it (``burst.log``);
 - :func:`max_num_seqs`: the engine's ``max_num_seqs`` as a server's derived config (``fleet_graph_config.yaml``)
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +49,19 @@ def camera_level(path: Path) -> dict[str, Any]:
             "answers_per_s": total["answers_per_s"], "windows_cut": total["windows_cut"],
             "dropped_total": total["dropped_total"], "ttft_ms_p50": ms["ttft_ms"]["p50"],
             "model_ms_p50": ms["model_ms"]["p50"], "model_ms_p95": ms["model_ms"]["p95"]}
+
+
+def camera_limits(levels: Mapping[str, Mapping[str, Any]],
+                  servers: Iterable[str]) -> tuple[dict[str, int | None], dict[str, int | None]]:
+    """Per server, the most cameras that kept up and the fewest that failed, over ``levels`` keyed ``SERVER_N``.
+
+    ``levels`` holds :func:`camera_level` results. Returns ``(kept_up_most, failed_least)``, each ``{server: cameras}``,
+    ``None`` where no level of that server kept up (or failed): the limit lies between the two.
+    """
+    mine = {s: [v for k, v in levels.items() if k.startswith(s + "_")] for s in servers}
+    kept = {s: max((v["cameras"] for v in vs if v["keeps_up"]), default=None) for s, vs in mine.items()}
+    failed = {s: min((v["cameras"] for v in vs if not v["keeps_up"]), default=None) for s, vs in mine.items()}
+    return kept, failed
 
 
 def loop_step(folder: Path, step: str) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[2]))
 
-from benchmarks.fleet_results import camera_level, gpu_tests  # noqa: E402
+from benchmarks.fleet_results import camera_level, camera_limits, gpu_tests  # noqa: E402
 
 GRAPH = ("streams.workers=3 model.engine_args.max_num_seqs=256 model.warmup_decode_sweep=256 "
          "model_replica.max_ongoing_requests=256 decoder.autoscaling_config.min_replicas=6")
@@ -62,10 +62,7 @@ def main() -> None:
     def three_vs_one(server: str, key: str) -> float:
         return round(steps[server]["sustain3"][key] / steps[server]["sustain1"][key], 3)
 
-    kept = {s: max((v["cameras"] for k, v in levels.items() if k.startswith(s + "_") and v["keeps_up"]), default=None)
-            for s in SERVERS}
-    failed = {s: min(v["cameras"] for k, v in levels.items() if k.startswith(s + "_") and not v["keeps_up"])
-              for s in SERVERS}
+    kept, failed = camera_limits(levels, SERVERS)
     out = {
         "issue": 26,
         "lease": "nineteenth, 2026-12-07, session 32",

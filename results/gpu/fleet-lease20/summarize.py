@@ -22,7 +22,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[2]))
 
-from benchmarks.fleet_results import camera_level, loop_step, max_num_seqs  # noqa: E402
+from benchmarks.fleet_results import camera_level, camera_limits, loop_step, max_num_seqs  # noqa: E402
 
 GRAPH = ("streams.workers=3 model.engine_args.max_num_seqs=256 model.warmup_decode_sweep=256 "
          "model_replica.max_ongoing_requests=256 decoder.autoscaling_config.min_replicas=6")
@@ -39,9 +39,7 @@ LEVELS = (("b16", 11, 0), ("b16", 10, 11), ("s8", 22, 21), ("s8", 20, 43))
 
 def main() -> None:
     levels = {f"{s}_{n}": camera_level(HERE / "cameras" / f"{s}_q1_{n}.json") for s, n, _ in LEVELS}
-    kept = {s: max(v["cameras"] for k, v in levels.items() if k.startswith(s + "_") and v["keeps_up"]) for s in SERVERS}
-    failed = {s: min(v["cameras"] for k, v in levels.items() if k.startswith(s + "_") and not v["keeps_up"])
-              for s in SERVERS}
+    kept, failed = camera_limits(levels, SERVERS)
     steps = {name: loop_step(HERE / name, "sustain3") | {"max_num_seqs": max_num_seqs(HERE / server / CONFIG)}
              for name, server in (("s8n256", "s8"), ("s8n128", "s8n128"))}
 

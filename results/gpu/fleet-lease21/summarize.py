@@ -26,7 +26,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[2]))
 
-from benchmarks.fleet_results import camera_level, gpu_tests, loop_step, max_num_seqs  # noqa: E402
+from benchmarks.fleet_results import camera_level, camera_limits, gpu_tests, loop_step, max_num_seqs  # noqa: E402
 
 GRAPH = ("streams.workers=3 model.engine_args.max_num_seqs=256 model.warmup_decode_sweep=256 "
          "model_replica.max_ongoing_requests=256 decoder.autoscaling_config.min_replicas=6")
@@ -46,9 +46,7 @@ GPU_TESTS = (("gpu-junit.xml", "tests/gpu/test_preflight_gpu.py tests/gpu/test_v
 def main() -> None:
     levels = {f"{s}_{n}": camera_level(HERE / "cameras" / f"{s}_q3_{n}.json") | {"server": folder, "first": first}
               for s, n, first, folder in LEVELS}
-    kept = {s: max(v["cameras"] for k, v in levels.items() if k.startswith(s + "_") and v["keeps_up"]) for s in SERVERS}
-    failed = {s: min(v["cameras"] for k, v in levels.items() if k.startswith(s + "_") and not v["keeps_up"])
-              for s in SERVERS}
+    kept, failed = camera_limits(levels, SERVERS)
     steps = {name: loop_step(HERE / name, "sustain3") | {"max_num_seqs": max_num_seqs(HERE / server / CONFIG)}
              for name, server in (("b16n256", "b16"), ("b16n128", "b16n128"))}
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks.fleet_results import STEP_KEYS, camera_level, gpu_tests, loop_step, max_num_seqs
+from benchmarks.fleet_results import STEP_KEYS, camera_level, camera_limits, gpu_tests, loop_step, max_num_seqs
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -56,6 +56,15 @@ def test_a_file_with_two_levels_is_refused(tmp_path: Path) -> None:
     path.write_text(json.dumps({"levels": [_level(8, 2.9), _level(9, 3.6)]}))
     with pytest.raises(ValueError, match="2 levels, expected one"):
         camera_level(path)
+
+
+def test_camera_limits_bound_each_server_between_its_levels() -> None:
+    levels = {"b16_8": {"cameras": 8, "keeps_up": True}, "b16_9": {"cameras": 9, "keeps_up": False},
+              "b16_7": {"cameras": 7, "keeps_up": True}, "s8_18": {"cameras": 18, "keeps_up": False},
+              "s8_24": {"cameras": 24, "keeps_up": False}, "s8b_16": {"cameras": 16, "keeps_up": True}}
+    kept, failed = camera_limits(levels, ["b16", "s8"])
+    assert kept == {"b16": 8, "s8": None}  # "s8b_16" is another server's level, not s8's
+    assert failed == {"b16": 9, "s8": 18}
 
 
 def test_a_loop_step_keeps_its_summary_when_the_log_agrees(tmp_path: Path) -> None:
