@@ -21,6 +21,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 # What a loop step's summary keeps: rates in windows/s and answers/s, latencies in s, the server's split in ms.
 STEP_KEYS = ("questions_per_window", "sent", "statuses", "counted", "windows_per_s", "windows_per_s_by_latency",
              "answers_per_s", "latency_mean_s", "latency_p95_s", "ended_per_10s", "ran_out_of_windows",
@@ -84,14 +86,14 @@ def loop_step(folder: Path, step: str) -> dict[str, Any]:
 def max_num_seqs(config: Path) -> int:
     """``max_num_seqs`` as a server's derived config (``fleet_graph_config.yaml``) set it.
 
-    Raises ``ValueError`` when the config sets it more than once with different values, or not at all.
+    Raises ``ValueError`` when its applications set different values, or none sets it.
     """
-    lines = config.read_text().splitlines()
-    values = {int(x.split(":")[1]) for x in lines if x.strip().startswith("max_num_seqs:")}
+    apps = yaml.safe_load(config.read_text())["applications"]
+    values = {app["args"]["model"]["engine_args"].get("max_num_seqs") for app in apps} - {None}
     if len(values) != 1:
         raise ValueError(f"{config.name}: max_num_seqs set to {sorted(values)}, expected one value")
     (value,) = values
-    return value
+    return int(value)
 
 
 def gpu_tests(junit: Path, command: str) -> dict[str, Any]:
