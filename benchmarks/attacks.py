@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import numpy as np
 
+from loadtest.statistics import percentiles
 from serve_app.cameras.protocol import StreamCreate
 from serve_app.cameras.rules import stream_frame_bytes
 from serve_app.config import AppConfig, load_serve_config
@@ -48,12 +48,9 @@ QUERY_CLIP = "dashcam_0p4s.mp4"
 MiB = 2**20
 
 
-def percentiles(values: list[float]) -> dict[str, float | None]:
-    if not values:
-        return {"p50": None, "p99": None, "max": None, "n": 0}
-    a = np.asarray(values)
-    return {"p50": round(float(np.percentile(a, 50)), 4), "p99": round(float(np.percentile(a, 99)), 4),
-            "max": round(float(a.max()), 4), "n": len(values)}  # fmt: skip
+def latency_summary(values: list[float]) -> dict[str, float | int | None]:
+    """p50, p99 and max of ``values`` (seconds), 4 decimals (:func:`loadtest.statistics.percentiles`), and ``n``."""
+    return {**percentiles(values, (50, 99), 4), "max": round(max(values), 4) if values else None, "n": len(values)}
 
 
 def worker_memory(root_pid: int) -> dict[str, float] | None:
@@ -209,7 +206,7 @@ def poll_health(base: str, duration_s: float, every_s: float) -> dict[str, Any]:
                 codes[path][code] = codes[path].get(code, 0) + 1
             time.sleep(every_s)
     for path in lat:
-        out[path] = {"statuses": codes[path], "latency_s": percentiles(lat[path])}
+        out[path] = {"statuses": codes[path], "latency_s": latency_summary(lat[path])}
     return out
 
 

@@ -34,6 +34,7 @@ import numpy as np
 
 from benchmarks import replicas
 from benchmarks.result import machine, write_result
+from loadtest.statistics import percentile
 from loadtest.streams import EventReader, window_answers
 from serve_app.config import load_serve_config
 from serve_app.testing import local_serve
@@ -48,10 +49,6 @@ CLIPS = [
 ]
 APP = "streams-bench"
 GOAL_RSS_GROWTH_PCT = 5.0
-
-
-def _pct(values: list[float], q: float) -> float | None:
-    return round(float(np.percentile(values, q)), 3) if values else None
 
 
 def stream_app_args(config: str, db_dir: str, **streams: Any) -> dict[str, Any]:
@@ -69,8 +66,9 @@ def per_stream(answers: list[dict[str, Any]], ids: list[str], t0: float, t1: flo
     for sid in ids:
         a = [e for e in window_answers(answers) if e["stream_id"] == sid and t0 <= e["_received"] <= t1]
         fresh = [e["timings"]["freshness_s"] for e in a]
-        out[sid] = {"answers": len(a), "freshness_s_p50": _pct(fresh, 50), "freshness_s_p95": _pct(fresh, 95),
-                    "latency_ms_p95": _pct([e["timings"]["latency_ms"] for e in a], 95)}
+        out[sid] = {"answers": len(a), "freshness_s_p50": percentile(fresh, 50),
+                    "freshness_s_p95": percentile(fresh, 95),
+                    "latency_ms_p95": percentile([e["timings"]["latency_ms"] for e in a], 95)}
     return out
 
 
@@ -149,8 +147,8 @@ def _write_soak(
         "answers": len(n),
         "answers_per_s": round(len(n) / max(elapsed, 1e-9), 3),
         "every_camera_answered": all(any(e["stream_id"] == i for e in n) for i in ids),
-        "freshness_s_p50": _pct(fresh, 50),
-        "freshness_s_p95": _pct(fresh, 95),
+        "freshness_s_p50": percentile(fresh, 50),
+        "freshness_s_p95": percentile(fresh, 95),
         "dropped_windows": {i: statuses[i]["windows_dropped"] for i in ids},
         "rss_growth_pct_after_warmup": growth,
         "rss_goal_pct": GOAL_RSS_GROWTH_PCT,

@@ -53,6 +53,12 @@ def percentiles(
     return {k: (v if digits is None else round(v, digits)) for k, v in zip(keys, vals, strict=True)}
 
 
+def percentile(values: Iterable[float | None], q: float, digits: int | None = 3) -> float | None:
+    """One percentile ``q`` (0–100) of a sample, as :func:`percentiles` computes it, rounded to ``digits``
+    decimals (None: unrounded); None for an empty sample. The unit is the sample's."""
+    return percentiles(values, (q,), digits)[f"p{q:g}"]
+
+
 def distribution(values: Iterable[float | None]) -> dict[str, float | int | None]:
     """Summary of a sample: count, mean, p50/p90/p95/p99 and max (Nones dropped).
 

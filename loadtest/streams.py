@@ -34,9 +34,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import numpy as np
 from httpx_sse import connect_sse
 
+from loadtest.statistics import lag_growth, percentile
 from serve_app.cameras.protocol import AnswerTimings
 
 logger = logging.getLogger("loadtest")
@@ -91,10 +91,6 @@ class EventReader:
         self._stop.set()
 
 
-def _pct(values: list[float], q: float) -> float | None:
-    return round(float(np.percentile(values, q)), 3) if values else None
-
-
 #: The answer events' server-side timings (ms) the report breaks a window's time into: every millisecond
 #: field of the contract's :class:`~serve_app.cameras.protocol.AnswerTimings`, in its order.
 SERVER_TIMINGS = tuple(name for name in AnswerTimings.model_fields if name.endswith("_ms"))
@@ -106,7 +102,7 @@ def server_timings(answers: list[dict[str, Any]]) -> dict[str, dict[str, float |
     out = {}
     for key in SERVER_TIMINGS:
         values = [float(v) for a in answers if (v := a["timings"].get(key)) is not None]
-        out[key] = {"p50": _pct(values, 50), "p95": _pct(values, 95)}
+        out[key] = {"p50": percentile(values, 50), "p95": percentile(values, 95)}
     return out
 
 
@@ -157,9 +153,9 @@ def summarize(answers: list[dict[str, Any]], statuses: dict[str, dict[str, Any]]
             "name": st.get("name"),
             "answers": len(mine),
             "answers_per_s": round(len(mine) / duration_s, 4) if duration_s > 0 else None,
-            "freshness_s_p50": _pct(fresh, 50),
-            "freshness_s_p95": _pct(fresh, 95),
-            "latency_ms_p95": _pct([a["timings"]["latency_ms"] for a in mine], 95),
+            "freshness_s_p50": percentile(fresh, 50),
+            "freshness_s_p95": percentile(fresh, 95),
+            "latency_ms_p95": percentile([a["timings"]["latency_ms"] for a in mine], 95),
             "windows_cut": st.get("windows_cut", 0),
             "windows_skipped": st.get("windows_skipped", 0),
             "dropped": dropped,
@@ -171,9 +167,9 @@ def summarize(answers: list[dict[str, Any]], statuses: dict[str, dict[str, Any]]
     total = {
         "answers": sum(c["answers"] for c in cams.values()),
         "answers_per_s": round(sum(c["answers"] for c in cams.values()) / duration_s, 4) if duration_s > 0 else None,
-        "freshness_s_p50": _pct(fresh, 50),
-        "freshness_s_p95": _pct(fresh, 95),
-        "first_question_freshness_s_p95": _pct(first_q, 95),
+        "freshness_s_p50": percentile(fresh, 50),
+        "freshness_s_p95": percentile(fresh, 95),
+        "first_question_freshness_s_p95": percentile(first_q, 95),
         "windows_cut": sum(c["windows_cut"] for c in cams.values()),
         "windows_skipped": sum(c["windows_skipped"] for c in cams.values()),
         "dropped_total": sum(c["dropped_total"] for c in cams.values()),
@@ -230,14 +226,11 @@ def verdict(report: dict[str, Any], answers: list[dict[str, Any]], slo_s: float,
         reasons.append(f"{total['dropped_total']} of {windows_cut} windows dropped "
                        f"({drop_rate:.1%} > {max_drop_rate:.1%})")
     std = sorted(window_answers(answers), key=lambda a: a["_received"])
-    growth = None
-    if len(std) >= 3:
-        t = np.array([a["_received"] for a in std])
-        f = np.array([a["timings"]["freshness_s"] for a in std])
-        if np.ptp(t) > 0:
-            growth = round(float(np.polyfit(t - t[0], f, 1)[0]), 4)
-            if growth > max_growth:
-                reasons.append(f"freshness grows {growth} s/s > {max_growth:g}")
+    t0 = std[0]["_received"] if std else 0.0
+    slope = lag_growth([a["_received"] - t0 for a in std], [a["timings"]["freshness_s"] for a in std], min_points=3)
+    growth = None if slope is None else round(slope, 4)
+    if growth is not None and growth > max_growth:
+        reasons.append(f"freshness grows {growth} s/s > {max_growth:g}")
     return {"keeps_up": not reasons, "reasons": reasons, "freshness_growth_s_per_s": growth,
             "drop_rate": round(drop_rate, 4)}
 

@@ -1,7 +1,8 @@
-"""The robustness benches' summaries of load-tester records (overload, soak) and their memory samples."""
+"""The robustness benches' summaries of load-tester records (overload, soak, attacks) and their memory samples."""
 
 
 from benchmarks import overload, soak
+from benchmarks.attacks import latency_summary
 from benchmarks.memory import RssSample, RssSampler
 from loadtest.records import RequestRecord
 
@@ -46,3 +47,8 @@ def test_soak_minutes_bin_requests_by_completion_and_samples_by_time():
     assert rows[0]["latency_p50_s"] == 2.0 and rows[1]["latency_p50_s"] == 11.0
     assert (rows[0]["rss_mean_mb"], rows[1]["private_mean_mb"]) == (100.0, 30.0)
     assert soak.verdict(rows, 0, outcomes)["goal_met"] is None  # two minutes: too short to judge
+
+
+def test_the_attack_bench_latency_summary_interpolates_p50_p99_and_counts():
+    assert latency_summary([0.1, 0.2, 0.3, 1.0]) == {"p50": 0.25, "p99": 0.979, "max": 1.0, "n": 4}
+    assert latency_summary([]) == {"p50": None, "p99": None, "max": None, "n": 0}

@@ -7,7 +7,16 @@ import io
 import pytest
 
 from loadtest.records import RequestRecord
-from loadtest.statistics import Criteria, distribution, lag_growth, percentiles, summarize, timeline, verdict
+from loadtest.statistics import (
+    Criteria,
+    distribution,
+    lag_growth,
+    percentile,
+    percentiles,
+    summarize,
+    timeline,
+    verdict,
+)
 from loadtest.sweep import next_search_level, sweep_decision
 
 
@@ -40,6 +49,13 @@ def test_percentiles_name_each_q_drop_missing_values_and_round_on_request():
     assert percentiles([1, 2, 3, 4], (50, 99.9)) == {"p50": 2.5, "p99.9": pytest.approx(3.997)}
     assert percentiles([0.12345, None, float("nan")], (50,), digits=3) == {"p50": 0.123}
     assert percentiles([], (50, 95)) == {"p50": None, "p95": None}
+
+
+def test_one_percentile_is_the_same_value_rounded_to_3_decimals_by_default():
+    assert percentile([1, 2, 3, 4], 50) == 2.5
+    assert percentile([0.12345, 0.12345], 95) == 0.123 and percentile([0.12345], 95, digits=None) == 0.12345
+    assert percentile([1.0, 2.0, 10.0], 95) == percentiles([1.0, 2.0, 10.0], (95,), digits=3)["p95"] == 9.2
+    assert percentile([], 95) is None and percentile([None], 50) is None
 
 
 def test_freshness_is_answer_time_minus_window_end_and_misses_use_the_next_window():
