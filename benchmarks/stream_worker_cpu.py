@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any, Self
 
 import httpx
-import numpy as np
 
 from benchmarks.result import command, machine, write_result
+from loadtest.statistics import percentile
 
 #: Clock ticks per second of /proc/<pid>/stat's utime and stime (proc(5)).
 TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -203,8 +203,8 @@ def main(argv: list[str] | None = None) -> int:
             "stream_worker_cores_each": {str(pid): round(c, 3) if (c := sampler.cores_between(t_registered, t_end, pid))
                                          is not None else None for pid in pids},
             # over the lists that answered; the failed ones (an error or a 30-s timeout) are counted apart
-            "list_streams_ms_p50": round(float(np.percentile(answered, 50)), 1) if answered else None,
-            "list_streams_ms_p95": round(float(np.percentile(answered, 95)), 1) if answered else None,
+            "list_streams_ms_p50": percentile(answered, 50, 1),
+            "list_streams_ms_p95": percentile(answered, 95, 1),
             "list_streams_failed": len(reads) - len(answered),
             "keeps_up": doc["summary"]["keeps_up"],
             "reasons": doc["summary"]["reasons"],
