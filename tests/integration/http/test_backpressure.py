@@ -6,6 +6,8 @@ a request's length is set exactly by ``max_tokens``; decoding is the real PyAV d
 """
 
 import asyncio
+import json
+from collections.abc import Callable
 
 import httpx
 import pytest
@@ -92,13 +94,21 @@ def long_request_then_short(url: str, abandon) -> httpx.Response:
     )
 
 
-def drop_stream_after_first_delta(url: str) -> None:
-    body = {**FIELDS, "video_path": "intel_car-detection.mp4", "max_tokens": 3000, "stream": True}
-    with httpx.stream("POST", f"{url}/v1/video/query", json=body, timeout=60) as r:
+def first_event_then_close(url: str, route: str, body: dict, is_first: Callable[[dict], bool]) -> None:
+    """Streams ``body`` to ``route`` and closes the connection at the first event for which ``is_first`` holds
+    (leaving the block closes it mid-generation). Fails if the stream ended without such an event: then the
+    generation was read to its end, not abandoned."""
+    with httpx.stream("POST", f"{url}{route}", json=body, timeout=60) as r:
         assert r.status_code == 200
         for line in r.iter_lines():
-            if '"type":"delta"' in line.replace(" ", ""):
-                break  # leaving the block closes the connection mid-generation
+            if line.startswith("data: {") and is_first(json.loads(line.removeprefix("data: "))):
+                return
+    raise AssertionError(f"{route}: the stream ended before its first generated text")
+
+
+def drop_stream_after_first_delta(url: str) -> None:
+    body = {**FIELDS, "video_path": "intel_car-detection.mp4", "max_tokens": 3000, "stream": True}
+    first_event_then_close(url, "/v1/video/query", body, lambda event: event.get("type") == "delta")
 
 
 def drop_openai_stream_after_first_chunk(url: str) -> None:
@@ -117,11 +127,10 @@ def drop_openai_stream_after_first_chunk(url: str) -> None:
             }
         ],
     }
-    with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=60) as r:
-        assert r.status_code == 200
-        for line in r.iter_lines():
-            if '"content": "engine-' in line:
-                break
+    # The chunks are compact JSON: the earlier test looked for '"content": "engine-' (with a space), never
+    # matched, and read every one of the 3000 tokens (30 s) instead of closing after the first.
+    first_event_then_close(url, "/v1/chat/completions", body,
+                           lambda chunk: bool(chunk["choices"] and chunk["choices"][0]["delta"].get("content")))
 
 
 def time_out_a_plain_request(url: str) -> None:
