@@ -6,11 +6,11 @@ a request's length is set exactly by ``max_tokens``; decoding is the real PyAV d
 """
 
 import asyncio
-import json
 from collections.abc import Callable
 
 import httpx
 import pytest
+from httpx_sse import connect_sse
 
 from serve_app.testing.local_serve import cpu_args as cpu_app_args
 from serve_app.testing.local_serve import deploy
@@ -95,13 +95,13 @@ def long_request_then_short(url: str, abandon) -> httpx.Response:
 
 
 def first_event_then_close(url: str, route: str, body: dict, is_first: Callable[[dict], bool]) -> None:
-    """Streams ``body`` to ``route`` and closes the connection at the first event for which ``is_first`` holds
-    (leaving the block closes it mid-generation). Fails if the stream ended without such an event: then the
-    generation was read to its end, not abandoned."""
-    with httpx.stream("POST", f"{url}{route}", json=body, timeout=60) as r:
-        assert r.status_code == 200
-        for line in r.iter_lines():
-            if line.startswith("data: {") and is_first(json.loads(line.removeprefix("data: "))):
+    """Streams ``body`` to ``route`` and closes the connection at the first event (its JSON, read by httpx-sse)
+    for which ``is_first`` holds (leaving the block closes it mid-generation). Fails if the stream ended without
+    such an event: then the generation was read to its end, not abandoned."""
+    with httpx.Client(timeout=60) as client, connect_sse(client, "POST", f"{url}{route}", json=body) as events:
+        assert events.response.status_code == 200
+        for sse in events.iter_sse():
+            if sse.data != "[DONE]" and is_first(sse.json()):
                 return
     raise AssertionError(f"{route}: the stream ended before its first generated text")
 

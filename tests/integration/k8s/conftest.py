@@ -1,5 +1,6 @@
-"""Fixtures of the k8s/ manifest tests: every build once per module, a fresh base RayService to break, and a
-copy of k8s/ without the real local files."""
+"""Fixtures of the k8s/ manifest tests: every build once per session (read only: a test that breaks a manifest
+breaks ``rayservice``, a fresh copy), a fresh base RayService to break, and a copy of k8s/ without the real local
+files."""
 
 import copy
 import shutil
@@ -11,7 +12,7 @@ from k8s_builds import BUILDS, K8S, service_of
 from cosmos_tools.k8s import kustomize
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def builds() -> dict[str, list[dict]]:
     return {name: kustomize.build(K8S / name, K8S).objects for name in BUILDS}
 
