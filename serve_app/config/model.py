@@ -208,6 +208,16 @@ class ModelConfig(_Model):
         "questions before the first one's whole prefill: on one H200, 64 windows x 3 questions at once ran at "
         "1.14 windows/s all at once against 1.94 held (results/gpu/fleet-lease8/README.md).",
     )
+    prefill_hold_min_requests: int = Field(
+        0,
+        ge=0,
+        le=100_000,
+        description="`vllm` engine, with `prefill_hold`: hold a clip's later questions only while at least this "
+        "many requests are in this replica's engine (handed to vLLM, not ended); below it they go at once, as "
+        "with `prefill_hold: false`. 0: always hold. The hold costs a real-time fleet below its limit: 8 "
+        "cameras x 3 questions on one H100 (bf16) read p95 freshness 3.018 s held against 2.684 s not "
+        "(results/gpu/fleet-lease23/README.md). A threshold is not measured on a GPU yet.",
+    )
     encoder_cache_tokens: int | None = Field(
         None,
         ge=1,

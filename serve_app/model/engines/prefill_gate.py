@@ -11,6 +11,11 @@ question; ``results/gpu/fleet-lease8/README.md``).
 Sent once the first question's first token came (its prefill done, its blocks written), each later
 question reads them all.
 
+The hold pays when the engine is saturated and costs when it has room: a later question waits for its first
+question's TTFT. With 8 real-time cameras x 3 questions on one H100 (bf16), p95 freshness was 3.018 s held
+against 2.684 s not (``results/gpu/fleet-lease23/README.md``). So the caller may tell a later question not to
+wait (``turn(..., wait=False)``: ``model.prefill_hold_min_requests`` in the vLLM engine, by its load).
+
 The engine processes every question's input at once (the HF processor, in its thread pool) and only
 their submission to the engine core waits here; ``release`` is called at the first question's first
 output and in its ``finally`` (it failed or was aborted), so a later question never waits for a
@@ -37,18 +42,20 @@ class PrefillGate:
         """Clips whose first question has not produced its first output yet."""
         return len(self._leaders)
 
-    async def turn(self, clip_id: str | None) -> Callable[[], None]:
+    async def turn(self, clip_id: str | None, wait: bool = True) -> Callable[[], None]:
         """Waits until a request about clip ``clip_id`` may go to the engine; returns its ``release``.
 
         The leader (the first request of the clip) returns at once and must call ``release`` at its first
         output and when it ends, whichever comes first (calling it again does nothing); for the others
-        ``release`` does nothing. Cancelling the wait leaves no state behind.
+        ``release`` does nothing. A later request with ``wait=False`` returns at once too, without leading
+        (its leader still leads the rest). Cancelling the wait leaves no state behind.
         """
         if clip_id is None:
             return _nothing
         opened = self._leaders.get(clip_id)
         if opened is not None:
-            await opened.wait()
+            if wait:
+                await opened.wait()
             return _nothing
         opened = asyncio.Event()
         self._leaders[clip_id] = opened

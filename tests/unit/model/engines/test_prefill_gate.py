@@ -200,3 +200,73 @@ def test_the_engine_timings_row_says_how_long_a_question_waited_at_the_gate():
     assert row["frontend_ms"] == pytest.approx(250.0)
     assert "processor_ms" not in row  # no preprocessing thread recorded anything
     assert "prefill_gate_ms" not in timings_row("r1", 0.0, 0.0, {}, None, 16, 8155)
+
+
+def test_a_later_request_told_not_to_wait_goes_at_once_and_the_leader_still_leads():
+    async def go():
+        gate = PrefillGate()
+        release = await gate.turn("c1")
+        at_once = await asyncio.wait_for(gate.turn("c1", wait=False), 1)  # the engine has room: no wait
+        held = asyncio.ensure_future(gate.turn("c1"))  # a busy engine: it waits for the leader
+        await _settle()
+        waited = not held.done()
+        at_once()  # not a leader: releases no one
+        await _settle()
+        still = not held.done()
+        release()
+        await asyncio.wait_for(held, 1)
+        return waited, still, len(gate)
+
+    waited, still, end = asyncio.run(go())
+    assert waited and still
+    assert end == 0
+
+
+@pytest.mark.parametrize(
+    ("min_requests", "others", "held"),
+    [
+        (3, 0, False),  # q1 and q2 are 1 and 2 requests in the engine when q2 and q3 come: below 3, no hold
+        (3, 2, True),  # two other clips' requests run: q2 finds 3 in the engine and waits for q1
+        (0, 0, True),  # 0: always hold (the default)
+    ],
+)
+def test_the_hold_applies_only_while_the_engine_holds_prefill_hold_min_requests(engine, min_requests, others, held):
+    from serve_app.config import ModelConfig
+
+    engine.config = ModelConfig(backend="vllm", preprocess_threads=0, prefill_hold_min_requests=min_requests)
+    busy = [f"o{i}" for i in range(others)]
+
+    async def go():
+        engine.llm = GateLLM(["q1", "q2", "q3", *busy])
+        running = [asyncio.ensure_future(_drain(engine, _request(o, o))) for o in busy]
+        await _settle()
+        in_engine = engine._in_engine
+        tasks = [asyncio.ensure_future(_drain(engine, _request(q, "c1"))) for q in ("q1", "q2", "q3")]
+        await _settle()
+        before = list(engine.llm.submitted)
+        for e in engine.llm.go.values():
+            e.set()
+        await asyncio.wait_for(asyncio.gather(*running, *tasks), 5)
+        return in_engine, before, engine._in_engine
+
+    in_engine, before, end = asyncio.run(go())
+    assert in_engine == others
+    assert before == busy + (["q1"] if held else ["q1", "q2", "q3"])
+    assert end == 0  # every ended request left the count
+    assert len(engine._gate) == 0
+
+
+def test_a_failed_request_leaves_the_engine_count(engine):
+    async def go():
+        engine.llm = GateLLM(["q1"], fail={"q1"})
+        task = asyncio.ensure_future(_drain(engine, _request("q1", None)))
+        await _settle()
+        during = engine._in_engine
+        engine.llm.go["q1"].set()
+        got = await asyncio.gather(task, return_exceptions=True)
+        return during, got, engine._in_engine
+
+    during, got, end = asyncio.run(go())
+    assert during == 1
+    assert isinstance(got[0], RuntimeError)
+    assert end == 0
