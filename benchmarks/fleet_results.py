@@ -11,6 +11,9 @@ a closed-loop step and a server's ``max_num_seqs`` are read one way in every lea
 - :func:`max_num_seqs`: the engine's ``max_num_seqs`` as a server's derived config (``fleet_graph_config.yaml``)
   set it;
 - :func:`gpu_tests`: the counts and case names of a ``tests/gpu`` run's JUnit file (``gpu_machine.sh tests``).
+
+and the command pieces the leases' scripts write into their summaries (:data:`GRAPH`, :data:`STATIC_FP8`,
+:data:`SERVERS`, :data:`LOOP`), so that each is spelled once.
 """
 
 from __future__ import annotations
@@ -22,6 +25,19 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+# The graph servers' overrides every lease from the fourteenth on started with (``fleet_gpu.sh graph-start CONFIG
+# GRAPH``): three stream workers, 256 sequences with their decode sweep and replica queue, the decode tier held at 6.
+GRAPH = ("streams.workers=3 model.engine_args.max_num_seqs=256 model.warmup_decode_sweep=256 "
+         "model_replica.max_ongoing_requests=256 decoder.autoscaling_config.min_replicas=6")
+# fp8 with static activation scales on the dummy checkpoint (read as a calibrated fp8 one; random scales), as a
+# shell-quoted ``graph-start`` override.
+STATIC_FP8 = ("'model.engine_args.hf_overrides={\"quantization_config\":{\"quant_method\":\"fp8\","
+              "\"activation_scheme\":\"static\"}}'")
+# The two servers the nineteenth lease on compared: bf16, and static fp8 (each followed by GRAPH when started).
+SERVERS = {"b16": "configs/h200.yaml", "s8": f"configs/h200-fp8.yaml {STATIC_FP8}"}
+# The closed loop's command before its name and steps (``… burst NAME sustain1,sustain3``).
+LOOP = "SUSTAIN_STAGGER_S=30 SUSTAIN_S=110 SUSTAIN_WARMUP_S=45 bash benchmarks/fleet_gpu.sh burst"
 
 # What a loop step's summary keeps: rates in windows/s and answers/s, latencies in s, the server's split in ms.
 STEP_KEYS = ("questions_per_window", "sent", "statuses", "counted", "windows_per_s", "windows_per_s_by_latency",

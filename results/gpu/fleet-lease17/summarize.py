@@ -28,10 +28,9 @@ ROOT = HERE.parents[2]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks import replica_gap  # noqa: E402
+from benchmarks.fleet_results import GRAPH  # noqa: E402
 
 STEP_TOKENS = re.compile(r"execute_context_\d+\((\d+)\)_generation")
-GRAPH = ("streams.workers=3 model.engine_args.max_num_seqs=256 model.warmup_decode_sweep=256 "
-         "model_replica.max_ongoing_requests=256 decoder.autoscaling_config.min_replicas=6")
 
 
 def _lease16_kind() -> Any:

@@ -24,14 +24,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[2]))
 
-from benchmarks.fleet_results import camera_level, camera_limits, gpu_tests  # noqa: E402
+from benchmarks.fleet_results import GRAPH, LOOP, SERVERS, camera_level, camera_limits, gpu_tests  # noqa: E402
 
-GRAPH = ("streams.workers=3 model.engine_args.max_num_seqs=256 model.warmup_decode_sweep=256 "
-         "model_replica.max_ongoing_requests=256 decoder.autoscaling_config.min_replicas=6")
-STATIC = ("'model.engine_args.hf_overrides={\"quantization_config\":{\"quant_method\":\"fp8\","
-          "\"activation_scheme\":\"static\"}}'")
-SERVERS = {"b16": "configs/h200.yaml", "s8": f"configs/h200-fp8.yaml {STATIC}"}
-LOOP = "SUSTAIN_STAGGER_S=30 SUSTAIN_S=110 SUSTAIN_WARMUP_S=45 bash benchmarks/fleet_gpu.sh burst"
 STEP_LINE = re.compile(r"^== (\w+): (\{.*\})$", re.M)
 STEP_KEYS = ("questions_per_window", "sent", "statuses", "counted", "windows_per_s", "windows_per_s_by_latency",
              "answers_per_s", "latency_mean_s", "latency_p95_s", "ended_per_10s", "ran_out_of_windows")

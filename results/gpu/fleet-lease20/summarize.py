@@ -22,16 +22,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[2]))
 
-from benchmarks.fleet_results import camera_level, camera_limits, loop_step, max_num_seqs  # noqa: E402
+from benchmarks.fleet_results import GRAPH, LOOP, SERVERS, camera_level, camera_limits, loop_step, max_num_seqs  # noqa: E402
 
-GRAPH = ("streams.workers=3 model.engine_args.max_num_seqs=256 model.warmup_decode_sweep=256 "
-         "model_replica.max_ongoing_requests=256 decoder.autoscaling_config.min_replicas=6")
 N128 = GRAPH.replace("max_num_seqs=256", "max_num_seqs=128").replace("sweep=256", "sweep=128")
-STATIC = ("'model.engine_args.hf_overrides={\"quantization_config\":{\"quant_method\":\"fp8\","
-          "\"activation_scheme\":\"static\"}}'")
-SERVERS = {"b16": "configs/h200.yaml", "s8": f"configs/h200-fp8.yaml {STATIC}"}
 CONFIG = "fleet_graph_config.yaml"
-LOOP = "SUSTAIN_STAGGER_S=30 SUSTAIN_S=110 SUSTAIN_WARMUP_S=45 bash benchmarks/fleet_gpu.sh burst"
 # Each server's sweep as run: (server, LEVELS, FIRST); the levels that ran, with the copy index each one used.
 SWEEPS = (("b16", "11,10,8", 0), ("s8", "22,20,16", 21))
 LEVELS = (("b16", 11, 0), ("b16", 10, 11), ("s8", 22, 21), ("s8", 20, 43))

@@ -26,16 +26,19 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[2]))
 
-from benchmarks.fleet_results import camera_level, camera_limits, gpu_tests, loop_step, max_num_seqs  # noqa: E402
+from benchmarks.fleet_results import (  # noqa: E402
+    GRAPH,
+    LOOP,
+    SERVERS,
+    camera_level,
+    camera_limits,
+    gpu_tests,
+    loop_step,
+    max_num_seqs,
+)
 
-GRAPH = ("streams.workers=3 model.engine_args.max_num_seqs=256 model.warmup_decode_sweep=256 "
-         "model_replica.max_ongoing_requests=256 decoder.autoscaling_config.min_replicas=6")
 N128 = GRAPH.replace("max_num_seqs=256", "max_num_seqs=128").replace("sweep=256", "sweep=128")
-STATIC = ("'model.engine_args.hf_overrides={\"quantization_config\":{\"quant_method\":\"fp8\","
-          "\"activation_scheme\":\"static\"}}'")
-SERVERS = {"b16": "configs/h200.yaml", "s8": f"configs/h200-fp8.yaml {STATIC}"}
 CONFIG = "fleet_graph_config.yaml"
-LOOP = "SUSTAIN_STAGGER_S=30 SUSTAIN_S=110 SUSTAIN_WARMUP_S=45 bash benchmarks/fleet_gpu.sh burst"
 # The 3-question camera levels as run: (config, cameras, FIRST copy index, server folder). b16's two levels ran on
 # two starts of the same config (b16, then b16b), each sweep with new copies of the clip.
 LEVELS = (("b16", 8, 0, "b16"), ("s8", 18, 8, "s8"), ("s8", 16, 26, "s8"), ("b16", 9, 60, "b16b"))

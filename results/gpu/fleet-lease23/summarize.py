@@ -21,14 +21,10 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[2]))
 
-from benchmarks.fleet_results import camera_level, camera_limits  # noqa: E402  (the repository root, put on the path above)
+from benchmarks.fleet_results import GRAPH, STATIC_FP8, camera_level, camera_limits  # noqa: E402
 
-GRAPH = ("streams.workers=3 model.engine_args.max_num_seqs=256 model.warmup_decode_sweep=256 "
-         "model_replica.max_ongoing_requests=256 decoder.autoscaling_config.min_replicas=6")
-STATIC = ("'model.engine_args.hf_overrides={\"quantization_config\":{\"quant_method\":\"fp8\","
-          "\"activation_scheme\":\"static\"}}'")
 SERVERS = {"b16": f"configs/h200.yaml {GRAPH}", "b16nohold": f"configs/h200.yaml {GRAPH} model.prefill_hold=false",
-           "s8": f"configs/h200-fp8.yaml {STATIC} {GRAPH}"}
+           "s8": f"configs/h200-fp8.yaml {STATIC_FP8} {GRAPH}"}
 # The camera levels as run: (server folder, cameras, FIRST copy index).
 LEVELS = (("b16", 8, 0), ("b16nohold", 8, 8), ("s8", 17, 16), ("s8", 18, 33))
 # What a vllm bench serve result keeps: counts, rates (per s) and latencies (ms).
