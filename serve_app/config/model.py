@@ -212,11 +212,15 @@ class ModelConfig(_Model):
         0,
         ge=0,
         le=100_000,
-        description="`vllm` engine, with `prefill_hold`: hold a clip's later questions only while at least this "
-        "many requests are in this replica's engine (handed to vLLM, not ended); below it they go at once, as "
-        "with `prefill_hold: false`. 0: always hold. The hold costs a real-time fleet below its limit: 8 "
-        "cameras x 3 questions on one H100 (bf16) read p95 freshness 3.018 s held against 2.684 s not "
-        "(results/gpu/fleet-lease23/README.md). A threshold is not measured on a GPU yet.",
+        description="`vllm` engine, with `prefill_hold`: hold a clip's later questions only while vLLM tracks at "
+        "least this many unfinished requests (running or waiting in its engine; those still in this replica's "
+        "preprocessing or at the hold are not counted, so a burst at an idle engine sends its first ones "
+        "unheld); below it they go at once, as with `prefill_hold: false`. 0: always hold. Read N off the "
+        "Running/Waiting counts of vLLM's stats line (`log_stats_interval_s`): 4-6 running at 8 cameras x 3 "
+        "questions on one H100, up to 192 in a burst of 64 windows x 3. At 8 cameras x 3 questions (bf16, "
+        "one 60-s level each) p95 freshness read 3.018 s held against 2.684 s not, with the same prefill work "
+        "(the later questions found the video in the prefix cache either way at that load; "
+        "results/gpu/fleet-lease23/README.md). No threshold is measured on a GPU yet.",
     )
     encoder_cache_tokens: int | None = Field(
         None,

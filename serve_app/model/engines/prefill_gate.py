@@ -11,10 +11,12 @@ question; ``results/gpu/fleet-lease8/README.md``).
 Sent once the first question's first token came (its prefill done, its blocks written), each later
 question reads them all.
 
-The hold pays when the engine is saturated and costs when it has room: a later question waits for its first
-question's TTFT. With 8 real-time cameras x 3 questions on one H100 (bf16), p95 freshness was 3.018 s held
-against 2.684 s not (``results/gpu/fleet-lease23/README.md``). So the caller may tell a later question not to
-wait (``turn(..., wait=False)``: ``model.prefill_hold_min_requests`` in the vLLM engine, by its load).
+The hold pays when the engine is saturated; when it has room, a later question only waits for its first
+question's TTFT. With 8 real-time cameras x 3 questions on one H100 (bf16; one 60-s level each) p95 freshness
+was 3.018 s held against 2.684 s not, and vLLM computed the same prefill tokens per second both ways (the
+later questions found the video in its prefix cache without the hold too; ``results/gpu/fleet-lease23/
+README.md``). So the caller may tell a later question not to wait (``turn(..., wait=False)``:
+``model.prefill_hold_min_requests`` in the vLLM engine, by vLLM's count of unfinished requests).
 
 The engine processes every question's input at once (the HF processor, in its thread pool) and only
 their submission to the engine core waits here; ``release`` is called at the first question's first

@@ -57,8 +57,6 @@ class VLLMEngine(Engine):
         self._stats_task: asyncio.Task[None] | None = None
         #: a clip's later questions go to the engine core once its first one has prefilled (they reuse it)
         self._gate = PrefillGate()
-        #: requests handed to vLLM and not ended yet (``model.prefill_hold_min_requests`` reads it)
-        self._in_engine = 0
         #: a clip's questions patchify its frames once (``model.patchify: table``)
         self._clip_fields: ClipFieldsCache[dict[str, Any]] = ClipFieldsCache()
         #: seconds of each start phase (``import``: preflight and vLLM's import; ``engine``: AsyncLLM's
@@ -188,12 +186,12 @@ class VLLMEngine(Engine):
         else:
             engine_input = self._prompt(request, stage)
         stage["gate_start"] = time.perf_counter()
-        # The clip's other questions: after its first one's prefill (model.prefill_hold), while the engine
-        # holds at least model.prefill_hold_min_requests requests (0: always).
-        busy = self._in_engine >= self.config.prefill_hold_min_requests
+        # The clip's other questions: after its first one's prefill (model.prefill_hold), while vLLM tracks at
+        # least model.prefill_hold_min_requests unfinished requests (0: always).
+        least = self.config.prefill_hold_min_requests
+        busy = least == 0 or self.num_unfinished() >= least
         release = await self._gate.turn(request.clip_id if self.config.prefill_hold else None, wait=busy)
         t_engine = time.perf_counter()
-        self._in_engine += 1
         n_out = 0
         prompt_tokens: int | None = None
         cached_tokens: int | None = None
@@ -222,7 +220,6 @@ class VLLMEngine(Engine):
         except VLLMDead as e:
             raise EngineDeadError(str(e)) from e
         finally:
-            self._in_engine -= 1
             release()  # failed, aborted or finished: the clip's other questions go now
             if self._timings_path:
                 row = timings_row(request.request_id, t_submit, t_engine, stage, m, n_out, prompt_tokens, cached_tokens,
