@@ -215,7 +215,8 @@ class ModelConfig(_Model):
         description="`vllm` engine, with `prefill_hold`: hold a clip's later questions only while vLLM tracks at "
         "least this many unfinished requests (running or waiting in its engine; those still in this replica's "
         "preprocessing or at the hold are not counted, so a burst at an idle engine sends its first ones "
-        "unheld); below it they go at once, as with `prefill_hold: false`. 0: always hold. Read N off the "
+        "unheld); below it they go at once, as with `prefill_hold: false`. 0: always hold; N > 0 is refused "
+        "with `prefill_hold: false`. Read N off the "
         "Running/Waiting counts of vLLM's stats line (`log_stats_interval_s`): 4-6 running at 8 cameras x 3 "
         "questions on one H100, up to 192 in a burst of 64 windows x 3. At 8 cameras x 3 questions (bf16, "
         "one 60-s level each) p95 freshness read 3.018 s held against 2.684 s not, with the same prefill work "
@@ -316,6 +317,16 @@ class ModelConfig(_Model):
                 "runs with engine_args.load_format: dummy. To serve a quantized checkpoint, point model.model_id "
                 "at it (vLLM reads its own quantization_config); to quantize a bf16 one at load, use "
                 "engine_args.quantization: fp8"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _hold_threshold_needs_the_hold(self) -> ModelConfig:
+        if self.prefill_hold_min_requests and not self.prefill_hold:
+            raise ValueError(
+                f"model.prefill_hold_min_requests {self.prefill_hold_min_requests} applies only with "
+                "model.prefill_hold: true (with false every question goes at once); set prefill_hold: true or "
+                "prefill_hold_min_requests: 0"
             )
         return self
 

@@ -263,3 +263,14 @@ def test_the_hold_applies_only_while_the_engine_holds_prefill_hold_min_requests(
     assert before == busy + (["q1"] if held else ["q1", "q2", "q3"])
     assert len(engine._gate) == 0
 
+
+
+def test_a_hold_threshold_without_the_hold_is_refused_with_what_to_set():
+    from pydantic import ValidationError
+
+    from serve_app.config import ModelConfig
+
+    with pytest.raises(ValidationError) as e:
+        ModelConfig(backend="vllm", prefill_hold=False, prefill_hold_min_requests=8)
+    assert "prefill_hold_min_requests 8 applies only with model.prefill_hold: true" in str(e.value)
+    assert ModelConfig(backend="vllm", prefill_hold=False).prefill_hold_min_requests == 0  # the default passes
