@@ -10,7 +10,9 @@ a closed-loop step and a server's ``max_num_seqs`` are read one way in every lea
   checked against the ``== STEP: {...}`` line that ``fleet_gpu.sh burst`` logs for it (``burst.log``);
 - :func:`max_num_seqs`: the engine's ``max_num_seqs`` as a server's derived config (``fleet_graph_config.yaml``)
   set it;
-- :func:`gpu_tests`: the counts and case names of a ``tests/gpu`` run's JUnit file (``gpu_machine.sh tests``).
+- :func:`gpu_tests`: the counts and case names of a ``tests/gpu`` run's JUnit file (``gpu_machine.sh tests``);
+- :func:`engine_busy_spans`: the stretches in which vLLM's stats line (``log_stats_interval_s``) in a server's log
+  read work, each with its most running and waiting requests and its mean prompt and generation tokens/s.
 
 and the command pieces the leases' scripts write into their summaries (:data:`GRAPH`, :data:`STATIC_FP8`,
 :data:`SERVERS`, :data:`LOOP`), so that each is spelled once.
@@ -18,7 +20,9 @@ and the command pieces the leases' scripts write into their summaries (:data:`GR
 
 from __future__ import annotations
 
+import gzip
 import json
+import re
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -43,6 +47,10 @@ LOOP = "SUSTAIN_STAGGER_S=30 SUSTAIN_S=110 SUSTAIN_WARMUP_S=45 bash benchmarks/f
 STEP_KEYS = ("questions_per_window", "sent", "statuses", "counted", "windows_per_s", "windows_per_s_by_latency",
              "answers_per_s", "latency_mean_s", "latency_p95_s", "ended_per_10s", "ran_out_of_windows",
              "server_split_mean_ms")
+# vLLM 0.24's stats line (vllm/v1/metrics/loggers.py), as a replica logs it every log_stats_interval_s.
+_STATS = re.compile(r"INFO (?P<at>\d\d-\d\d \d\d:\d\d:\d\d) .*Avg prompt throughput: (?P<prompt>[\d.]+) tokens/s, "
+                    r"Avg generation throughput: (?P<gen>[\d.]+) tokens/s, Running: (?P<running>\d+) reqs, "
+                    r"Waiting: (?P<waiting>\d+) reqs")
 # The fields in which a step's burst.log line and its lifecycle.json must agree.
 _CHECKED = ("sent", "counted", "windows_per_s", "latency_mean_s")
 
@@ -122,3 +130,30 @@ def gpu_tests(junit: Path, command: str) -> dict[str, Any]:
     suite = suite if suite.tag == "testsuite" else suite[0]
     return {"command": command, **{k: int(suite.get(k, "0")) for k in ("tests", "failures", "errors", "skipped")},
             "time_s": float(suite.get("time", "0")), "cases": [case.get("name") for case in suite.iter("testcase")]}
+
+
+def engine_busy_spans(serve_log: Path) -> list[dict[str, Any]]:
+    """The stretches of a server's log in which vLLM's stats lines counted requests, in the order they ran.
+
+    ``serve_log`` is a server's whole log (``fleet_graph_serve.log.gz``, gzip, or plain text). Consecutive stats
+    lines (``log_stats_interval_s`` apart, 10 s in every lease) that count a running or waiting request make one
+    span; a line counting none ends it. Each span gives ``from`` and ``to`` (its first and last line's
+    ``MM-DD HH:MM:SS`` stamp, UTC), ``lines``, ``running_max``, ``waiting_max`` (requests), and the mean over its
+    lines of vLLM's 10-s ``prompt_tokens_per_s`` and ``generation_tokens_per_s`` (vLLM's prompt rate leaves
+    prefix-cache hits out). Returns ``[]`` for a log without such lines.
+    """
+    raw = serve_log.read_bytes()
+    text = (gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw).decode("utf-8", "replace")
+    spans: list[list[re.Match[str]]] = []
+    idle = True
+    for m in _STATS.finditer(text):
+        busy = int(m["running"]) + int(m["waiting"]) > 0
+        if busy and idle:
+            spans.append([])
+        if busy:
+            spans[-1].append(m)
+        idle = not busy
+    return [{"from": s[0]["at"], "to": s[-1]["at"], "lines": len(s),
+             "running_max": max(int(m["running"]) for m in s), "waiting_max": max(int(m["waiting"]) for m in s),
+             "prompt_tokens_per_s_mean": round(sum(float(m["prompt"]) for m in s) / len(s), 1),
+             "generation_tokens_per_s_mean": round(sum(float(m["gen"]) for m in s) / len(s), 1)} for s in spans]

@@ -6,13 +6,22 @@ graph-start`` and pytest's ``--junitxml`` give them; one test also reads a commi
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from benchmarks.fleet_results import STEP_KEYS, camera_level, camera_limits, gpu_tests, loop_step, max_num_seqs
+from benchmarks.fleet_results import (
+    STEP_KEYS,
+    camera_level,
+    camera_limits,
+    engine_busy_spans,
+    gpu_tests,
+    loop_step,
+    max_num_seqs,
+)
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -105,6 +114,28 @@ def test_gpu_tests_counts_cases_from_the_junit_file(tmp_path: Path) -> None:
     result = gpu_tests(junit, "bash benchmarks/gpu_machine.sh tests")
     assert (result["tests"], result["failures"], result["time_s"]) == (2, 1, 101.3)
     assert result["cases"] == ["test_one", "test_two"]
+
+
+def _stats(at: str, prompt: float, gen: float, running: int, waiting: int) -> str:
+    return (f"\x1b[36m(ServeReplica:cosmos-video:VideoModel pid=1)\x1b[0m INFO 12-07 {at} [loggers.py:273] Engine 000: "
+            f"Avg prompt throughput: {prompt} tokens/s, Avg generation throughput: {gen} tokens/s, Running: "
+            f"{running} reqs, Waiting: {waiting} reqs, GPU KV cache usage: 1.0%, Prefix cache hit rate: 50.0%\n")
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_busy_spans_split_where_a_stats_line_counts_no_request(tmp_path: Path, packed: bool) -> None:
+    text = ("serve: app ready\n" + _stats("19:13:06", 6000.0, 500.0, 4, 0) + _stats("19:13:16", 7000.0, 700.0, 6, 0)
+            + _stats("19:13:26", 3000.0, 300.0, 0, 0) + _stats("19:13:36", 0.0, 0.0, 0, 0)
+            + _stats("19:13:46", 20000.0, 1000.0, 180, 20) + _stats("19:13:56", 10000.0, 2000.0, 120, 0))
+    log = tmp_path / "fleet_graph_serve.log.gz"
+    log.write_bytes(gzip.compress(text.encode()) if packed else text.encode())
+    assert engine_busy_spans(log) == [
+        {"from": "12-07 19:13:06", "to": "12-07 19:13:16", "lines": 2, "running_max": 6, "waiting_max": 0,
+         "prompt_tokens_per_s_mean": 6500.0, "generation_tokens_per_s_mean": 600.0},
+        {"from": "12-07 19:13:46", "to": "12-07 19:13:56", "lines": 2, "running_max": 180, "waiting_max": 20,
+         "prompt_tokens_per_s_mean": 15000.0, "generation_tokens_per_s_mean": 1500.0}]
+    log.write_text("serve: app ready\n")
+    assert engine_busy_spans(log) == []
 
 
 def test_the_twenty_first_leases_files_read_as_committed() -> None:
