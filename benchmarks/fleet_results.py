@@ -12,7 +12,7 @@ a closed-loop step and a server's ``max_num_seqs`` are read one way in every lea
   set it;
 - :func:`gpu_tests`: the counts and case names of a ``tests/gpu`` run's JUnit file (``gpu_machine.sh tests``);
 - :func:`engine_busy_spans`: the stretches in which vLLM's stats line (``log_stats_interval_s``) in a server's log
-  read work, each with its most running and waiting requests and its mean prompt and generation tokens/s.
+  counted requests, each with its most running and waiting requests and its mean prompt and generation tokens/s.
 
 and the command pieces the leases' scripts write into their summaries (:data:`GRAPH`, :data:`STATIC_FP8`,
 :data:`SERVERS`, :data:`LOOP`), so that each is spelled once.
