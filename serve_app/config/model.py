@@ -222,8 +222,8 @@ class ModelConfig(_Model):
         "one 60-s level each) p95 freshness read 3.018 s held against 2.684 s not, with the same prefill work "
         "(the later questions found the video in the prefix cache either way at that load; "
         "results/gpu/fleet-lease23/README.md). With 32 (the Hopper configs' value) on one H100: 8 cameras x 3 "
-        "questions at p95 2.650 s against 3.003 s always held, vLLM's stats lines reading at most 7 running; a saturated loop at "
-        "0.977x the hold's windows/s (results/gpu/fleet-lease24/README.md).",
+        "questions at p95 2.650 s against 3.003 s always held, vLLM's stats lines reading at most 7 running; a "
+        "saturated loop at 0.977x the hold's windows/s (results/gpu/fleet-lease24/README.md).",
     )
     encoder_cache_tokens: int | None = Field(
         None,
