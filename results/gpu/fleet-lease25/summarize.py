@@ -37,8 +37,10 @@ def main() -> None:
         "lease": "twenty-fifth, 2026-12-07, session 38",
         "device": "NVIDIA H100 80GB HBM3 (nvidia-smi on the first call: 0 MiB in use)",
         "asked": "about 22:08 UTC no kind: an H100 (staging, then one call of 460 s); the machine was given back "
-                 "idle after a lost API turn, with the server up (no stop, no server log); 22:39-23:18 UTC eight "
-                 "calls (seven no kind, one nvidia-h100-x1): no machine, 735 device seconds",
+                 "idle after a lost API turn, with the server up (no stop, no server log); 22:39-23:23 UTC nine "
+                 "calls (eight no kind, one nvidia-h100-x1): no machine, 825 device seconds; 23:29 no kind: a second "
+                 "H100 (staging, then tests/gpu/test_preflight_gpu.py 6 passed, test_vllm_graph.py cut off by the "
+                 "device time: gpu-tests/)",
         "weights": "dummy (random): only the timings count",
         "vllm": "0.24.0",
         "code": "1825253",
