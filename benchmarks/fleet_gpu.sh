@@ -39,6 +39,7 @@
 # The copies (~12 CPU-s each for the 139-s clip, in parallel) are written into .gpu-clips/distinct (kept).
 # Results: $OUT/fleet_{plain,graph}_q{Q}_{N}.json per level N (the load tester's results) and .tgz (its folder and log).
 # A server's derived config (graph-start) and log (stop): fleet_graph_config.yaml, fleet_{graph_serve,plain_server}.log.gz;
+# its log so far after each sweep (plain, graph): fleet_{graph_serve,plain_server}_so_far.log.gz;
 # a second server in the same device call gets .2. before the extension (benchmarks/out_names.sh).
 set -uo pipefail
 export PYTHONPATH=/root/site:$PWD PATH=/root/site/bin:$PATH VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
@@ -49,6 +50,9 @@ source "$(dirname "${BASH_SOURCE[0]}")/out_names.sh"
 TIMINGS_NAME=${ENGINE_TIMINGS_NAME_FILE:-/tmp/engine_timings.path}
 # Left by graph-start when the model replica prints its threads' stacks on SIGUSR1 (COSMOS_SERVE_STACKS_ON_SIGUSR1).
 STACKS_MARK=${STACKS_MARK_FILE:-/tmp/stacks_on_sigusr1}
+# The running servers' logs (gpu_machine.sh serve writes the graph's, plain-start the plain one's; the
+# *_FILE variables are for tests).
+SERVE_LOG=${SERVE_LOG_FILE:-/tmp/serve.log}; PLAIN_LOG=${PLAIN_LOG_FILE:-/tmp/plain_server.log}
 CK=$PWD/checkpoints/cosmos-reason1-7b-dummy
 CLIP=intel_one-by-one-person-detection.mp4
 # The first questions of benchmarks.workload.QUESTIONS (the same set as the 1-vs-3 burst).
@@ -73,13 +77,13 @@ case "$phase" in
       --media-io-kwargs '{"video":{"fps":4}}' --allowed-local-media-path "$PWD/.gpu-clips" \
       --compilation-config '{"compile_mm_encoder":true,"cudagraph_mm_encoder":true}' \
       $([ "${PREFIX_CACHING:-1}" = 1 ] || echo --no-enable-prefix-caching) \
-      > /tmp/plain_server.log 2>&1 < /dev/null &
+      > "$PLAIN_LOG" 2>&1 < /dev/null &
     echo $! > /tmp/plain.pid; t0=$(date +%s)  # setsid: its own process group (pgid = pid), engine core included
     for _ in $(seq 1 400); do  # stop waiting once the server is gone (2026-12-02: a failed start waited 400 s)
       curl -sf http://127.0.0.1:8000/v1/models >/dev/null && break; kill -0 "$(cat /tmp/plain.pid)" 2>/dev/null || break
       sleep 1
     done
-    curl -sf http://127.0.0.1:8000/v1/models >/dev/null || { tail -c 3000 /tmp/plain_server.log; exit 5; }
+    curl -sf http://127.0.0.1:8000/v1/models >/dev/null || { tail -c 3000 "$PLAIN_LOG"; exit 5; }
     echo "plain ready after $(( $(date +%s) - t0 )) s" ;;
   plain|graph)
     # Level by level, each camera with its own copy of the clip (python -m loadtest.distinct: the camera's index
@@ -116,7 +120,13 @@ case "$phase" in
       pack "$name"
       level_ends_sweep $down $rc && break
       sleep "${LEVEL_PAUSE_S:-3}"
-    done ;;
+    done
+    # The server's log so far, in case the machine is lost before `stop` brings the whole one back (2026-12-07: a
+    # machine given back while its server ran left the twenty-fifth lease's levels without vLLM's stats lines).
+    log=$SERVE_LOG; so_far=fleet_graph_serve_so_far.log.gz
+    [ "$phase" = plain ] && { log=$PLAIN_LOG; so_far=fleet_plain_server_so_far.log.gz; }
+    [ -f "$log" ] && gzip -c "$log" > "$(out_path "$so_far")"
+    true ;;
   graph-start)
     config=configs/h200.yaml; case "${1:-}" in configs/*) config=$1; shift;; esac
     # With the engine timings, the model replica's event-loop lag too (serve_app/model/loop_lag.py), beside them.
@@ -138,7 +148,7 @@ case "$phase" in
     # --burstiness 100: gamma-distributed gaps of nearly constant length, as real-time cameras send. The
     # graph's requests carry its config's system prompt (~30 tokens more of 8,129); plain's carry none.
     rate=${1:?RATE (requests/s, e.g. 1.6 for 16 cameras of 10-s windows)}; n=${2:-96}; W=$PWD/.gpu-clips/xwin
-    side=graph; [ -f /tmp/plain_server.log ] && side=plain
+    side=graph; [ -f "$PLAIN_LOG" ] && side=plain
     [ -f "$W/cross_$n.json" ] || python3 - "$n" "$W" "$CLIP" <<'PY' || exit 6
 import json, sys
 from pathlib import Path
@@ -209,14 +219,14 @@ PY
       [ -f "$lag" ] && gzip -c "$lag" > "$OUT/$name/loop_lag.jsonl.gz"
     fi ;;
   stop)
-    if [ -f /tmp/plain_server.log ]; then
+    if [ -f "$PLAIN_LOG" ]; then
       kill -INT -- -"$(cat /tmp/plain.pid)" 2>/dev/null; sleep 8
-      gzip -c /tmp/plain_server.log > "$(out_path fleet_plain_server.log.gz)"; rm -f /tmp/plain_server.log /tmp/plain.pid
+      gzip -c "$PLAIN_LOG" > "$(out_path fleet_plain_server.log.gz)"; rm -f "$PLAIN_LOG" /tmp/plain.pid
     fi
-    if [ -f /tmp/serve.log ]; then
-      gzip -c /tmp/serve.log > "$(out_path fleet_graph_serve.log.gz)"
+    if [ -f "$SERVE_LOG" ]; then
+      gzip -c "$SERVE_LOG" > "$(out_path fleet_graph_serve.log.gz)"
       RAY_AUTH_MODE=token serve shutdown -y >/dev/null 2>&1; sleep 5; ray stop --force >/dev/null 2>&1
-      rm -f /tmp/serve.log "$TIMINGS_NAME" "$STACKS_MARK"
+      rm -f "$SERVE_LOG" "$TIMINGS_NAME" "$STACKS_MARK"
     fi
     nvidia-smi --query-gpu=memory.used --format=csv,noheader ;;
   *) echo "unknown phase $phase"; exit 2 ;;

@@ -10,6 +10,7 @@ Ascending levels stop after the first that does not keep up; descending ones aft
 
 from __future__ import annotations
 
+import gzip
 import os
 import shutil
 import subprocess
@@ -25,8 +26,12 @@ QUIET = ("quiet_scenes_gpu.sh", "real-off")
 pytestmark = pytest.mark.skipif(not shutil.which("top"), reason="quiet_scenes_gpu.sh records top per level")
 
 
-def _levels(tmp_path: Path, script: tuple[str, ...], levels: str, keeps_up_at_most: int) -> list[int]:
-    """Runs ``script`` with ``levels`` against the stand-in; returns the levels the load tester ran, in order."""
+def _levels(tmp_path: Path, script: tuple[str, ...], levels: str, keeps_up_at_most: int,
+            serve_log: Path | None = None) -> list[int]:
+    """Runs ``script`` with ``levels`` against the stand-in; returns the levels the load tester ran, in order.
+
+    ``serve_log``: the running graph's log as ``fleet_gpu.sh`` reads it (``SERVE_LOG_FILE``); none by default.
+    """
     bin_dir, ran = tmp_path / "bin", tmp_path / "levels.txt"
     bin_dir.mkdir()
     fake = bin_dir / "python3"
@@ -44,7 +49,9 @@ exit 9
 """)
     fake.chmod(0o755)
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", "OUT": str(tmp_path / "out"),
-           "LEVEL_PAUSE_S": "0", "DISTINCT_NEXT_FILE": str(tmp_path / "distinct.next")}
+           "LEVEL_PAUSE_S": "0", "DISTINCT_NEXT_FILE": str(tmp_path / "distinct.next"),
+           "SERVE_LOG_FILE": str(serve_log or tmp_path / "no-server.log"),
+           "PLAIN_LOG_FILE": str(tmp_path / "no-plain-server.log")}
     name, *args = script
     result = subprocess.run(["bash", str(ROOT / "benchmarks" / name), *args, levels], cwd=ROOT, env=env,
                             capture_output=True, text=True, timeout=120, check=False)
@@ -77,3 +84,17 @@ def test_one_level_runs_alone(tmp_path: Path) -> None:
 def test_quiet_scenes_keeps_the_next_copy_index_where_it_is_told(tmp_path: Path) -> None:
     _levels(tmp_path, QUIET, "6,4", keeps_up_at_most=5)  # 6 fails, 4 keeps up: 10 copies made
     assert (tmp_path / "distinct.next").read_text().strip() == "10"
+
+
+def test_a_sweep_leaves_the_servers_log_so_far(tmp_path: Path) -> None:
+    # 2026-12-07: the machine was given back while the graph ran, before `stop` brought its log back.
+    log = tmp_path / "serve.log"
+    log.write_text("Running: 4 reqs, Waiting: 0 reqs\n")
+    assert _levels(tmp_path, FLEET, "12", keeps_up_at_most=12, serve_log=log) == [12]
+    assert gzip.decompress((tmp_path / "out" / "fleet_graph_serve_so_far.log.gz").read_bytes()) == log.read_bytes()
+    assert log.exists()  # the server's log stays for `stop`
+
+
+def test_a_sweep_without_a_server_log_leaves_none(tmp_path: Path) -> None:
+    _levels(tmp_path, FLEET, "12", keeps_up_at_most=12)
+    assert not list((tmp_path / "out").glob("*so_far*"))
