@@ -18,10 +18,13 @@
 # (results/gpu/quiet-scenes/README.md, "Correction"). Levels run one at a time; ascending LEVELS stop at the first
 # failure, descending ones at the first level that keeps up (benchmarks/levels.sh). LEVEL_PAUSE_S (3): the pause
 # between levels; DISTINCT_NEXT_FILE (/tmp/distinct.next): where the next copy index is kept.
+# After each sweep, the server's log so far ($OUT/serve_so_far.log.gz); at stop, the whole log ($OUT/serve.log.gz).
 set -uo pipefail
 export PYTHONPATH=/root/site:$PWD PATH=/root/site/bin:$PATH PYTHONUNBUFFERED=1
 # Results go one folder deep ($OUT/NAME/...): the device tool left out deeper folders (2026-12-02).
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+# The running server's log (gpu_machine.sh serve writes it; SERVE_LOG_FILE is for tests).
+SERVE_LOG=${SERVE_LOG_FILE:-/tmp/serve.log}
 source "$(dirname "${BASH_SOURCE[0]}")/levels.sh"
 source "$(dirname "${BASH_SOURCE[0]}")/out_names.sh"
 NEXT=${DISTINCT_NEXT_FILE:-/tmp/distinct.next}
@@ -53,6 +56,10 @@ lt() {  # name levels clip [loadtest args...]
     level_ends_sweep $down $rc && break
     sleep "${LEVEL_PAUSE_S:-3}"
   done
+  # The server's log so far, in case the machine is lost before `stop` brings it back (2026-12-07: fleet_gpu.sh
+  # lost a lease's log that way).
+  [ -f "$SERVE_LOG" ] && gzip -c "$SERVE_LOG" > "$(out_path serve_so_far.log.gz)"
+  true
 }
 case "$phase" in
   serve)
@@ -72,7 +79,7 @@ case "$phase" in
       > "$OUT/worker-on_$n.log" 2>&1
     echo "== worker-on $n rc=$?"; grep -E "^\{|wrote|Error" "$OUT/worker-on_$n.log"; pack "worker-on_$n" ;;
   stop)
-    [ -f /tmp/serve.log ] && gzip -c /tmp/serve.log > "$(out_path serve.log.gz)"
+    [ -f "$SERVE_LOG" ] && gzip -c "$SERVE_LOG" > "$(out_path serve.log.gz)"
     RAY_AUTH_MODE=token serve shutdown -y >/dev/null 2>&1; sleep 5; ray stop --force >/dev/null 2>&1
     nvidia-smi --query-gpu=memory.used --format=csv,noheader ;;
   *) echo "unknown phase $phase"; exit 2 ;;

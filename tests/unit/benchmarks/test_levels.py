@@ -86,15 +86,18 @@ def test_quiet_scenes_keeps_the_next_copy_index_where_it_is_told(tmp_path: Path)
     assert (tmp_path / "distinct.next").read_text().strip() == "10"
 
 
-def test_a_sweep_leaves_the_servers_log_so_far(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("script", "so_far"), [(FLEET, "fleet_graph_serve_so_far.log.gz"),
+                                                (QUIET, "serve_so_far.log.gz")], ids=["fleet_gpu", "quiet_scenes_gpu"])
+def test_a_sweep_leaves_the_servers_log_so_far(tmp_path: Path, script: tuple[str, ...], so_far: str) -> None:
     # 2026-12-07: the machine was given back while the graph ran, before `stop` brought its log back.
     log = tmp_path / "serve.log"
     log.write_text("Running: 4 reqs, Waiting: 0 reqs\n")
-    assert _levels(tmp_path, FLEET, "12", keeps_up_at_most=12, serve_log=log) == [12]
-    assert gzip.decompress((tmp_path / "out" / "fleet_graph_serve_so_far.log.gz").read_bytes()) == log.read_bytes()
+    assert _levels(tmp_path, script, "12", keeps_up_at_most=12, serve_log=log) == [12]
+    assert gzip.decompress((tmp_path / "out" / so_far).read_bytes()) == log.read_bytes()
     assert log.exists()  # the server's log stays for `stop`
 
 
-def test_a_sweep_without_a_server_log_leaves_none(tmp_path: Path) -> None:
-    _levels(tmp_path, FLEET, "12", keeps_up_at_most=12)
+@pytest.mark.parametrize("script", [FLEET, QUIET], ids=["fleet_gpu", "quiet_scenes_gpu"])
+def test_a_sweep_without_a_server_log_leaves_none(tmp_path: Path, script: tuple[str, ...]) -> None:
+    _levels(tmp_path, script, "12", keeps_up_at_most=12)
     assert not list((tmp_path / "out").glob("*so_far*"))
