@@ -39,7 +39,8 @@
 # The copies (~12 CPU-s each for the 139-s clip, in parallel) are written into .gpu-clips/distinct (kept).
 # Results: $OUT/fleet_{plain,graph}_q{Q}_{N}.json per level N (the load tester's results) and .tgz (its folder and log).
 # A server's derived config (graph-start) and log (stop): fleet_graph_config.yaml, fleet_{graph_serve,plain_server}.log.gz;
-# its log so far after each sweep (plain, graph): fleet_{graph_serve,plain_server}_so_far.log.gz;
+# its log so far after each sweep (plain, graph): fleet_{graph_serve,plain_server}_so_far.log.gz; after a burst,
+# NAME/serve_so_far.log.gz; after a cross-check, fleet_crosscheck_SIDE_rRATE_server_so_far.log.gz;
 # a second server in the same device call gets .2. before the extension (benchmarks/out_names.sh).
 set -uo pipefail
 export PYTHONPATH=/root/site:$PWD PATH=/root/site/bin:$PATH VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
@@ -121,12 +122,9 @@ case "$phase" in
       level_ends_sweep $down $rc && break
       sleep "${LEVEL_PAUSE_S:-3}"
     done
-    # The server's log so far, in case the machine is lost before `stop` brings the whole one back (2026-12-07: a
-    # machine given back while its server ran left the twenty-fifth lease's levels without vLLM's stats lines).
     log=$SERVE_LOG; so_far=fleet_graph_serve_so_far.log.gz
     [ "$phase" = plain ] && { log=$PLAIN_LOG; so_far=fleet_plain_server_so_far.log.gz; }
-    [ -f "$log" ] && gzip -c "$log" > "$(out_path "$so_far")"
-    true ;;
+    log_so_far "$log" "$(out_path "$so_far")" ;;
   graph-start)
     config=configs/h200.yaml; case "${1:-}" in configs/*) config=$1; shift;; esac
     # With the engine timings, the model replica's event-loop lag too (serve_app/model/loop_lag.py), beside them.
@@ -176,7 +174,9 @@ PY
       --disable-tqdm --save-result --result-dir "$OUT" --result-filename "$name.json" "${extra[@]}" \
       > "$OUT/$name.log" 2>&1
     echo "== crosscheck $side $rate/s rc=$?"
-    grep -E "Successful|Failed|Request throughput|Median E2EL|P95 E2EL|P95 TTFT" "$OUT/$name.log" ;;
+    grep -E "Successful|Failed|Request throughput|Median E2EL|P95 E2EL|P95 TTFT" "$OUT/$name.log"
+    log=$SERVE_LOG; [ "$side" = plain ] && log=$PLAIN_LOG
+    log_so_far "$log" "$OUT/${name}_server_so_far.log.gz" ;;
   burst)
     # Every window of a step is a new clip (the steps of one run take consecutive windows of /tmp/xwin, and
     # prep at least 4 x BURST + 16 windows; a second run on the same server sends the same files again, which
@@ -217,7 +217,8 @@ PY
       mkdir -p "$OUT/$name"; gzip -c "$timings" > "$OUT/$name/engine_timings.jsonl.gz"
       lag=${timings%.jsonl}.loop_lag.jsonl  # graph-start's COSMOS_SERVE_LOOP_LAG: the replica's loop lag so far
       [ -f "$lag" ] && gzip -c "$lag" > "$OUT/$name/loop_lag.jsonl.gz"
-    fi ;;
+    fi
+    log_so_far "$SERVE_LOG" "$OUT/$name/serve_so_far.log.gz" ;;
   stop)
     if [ -f "$PLAIN_LOG" ]; then
       kill -INT -- -"$(cat /tmp/plain.pid)" 2>/dev/null; sleep 8

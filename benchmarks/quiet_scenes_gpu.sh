@@ -56,10 +56,7 @@ lt() {  # name levels clip [loadtest args...]
     level_ends_sweep $down $rc && break
     sleep "${LEVEL_PAUSE_S:-3}"
   done
-  # The server's log so far, in case the machine is lost before `stop` brings it back (2026-12-07: fleet_gpu.sh
-  # lost a lease's log that way).
-  [ -f "$SERVE_LOG" ] && gzip -c "$SERVE_LOG" > "$(out_path serve_so_far.log.gz)"
-  true
+  log_so_far "$SERVE_LOG" "$(out_path serve_so_far.log.gz)"
 }
 case "$phase" in
   serve)
