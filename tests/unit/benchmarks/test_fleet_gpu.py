@@ -95,7 +95,6 @@ def test_stacks_are_asked_after_a_graph_start_that_set_the_handler(tmp_path: Pat
     assert "stacks: " in result.stdout  # the sender started and was stopped with the steps
 
 
-
 def test_burst_leaves_the_graphs_log_so_far(tmp_path: Path) -> None:
     # 2026-12-07: a machine given back before `stop` took vLLM's stats lines with it; a sweep keeps them since,
     # and the loop's running and waiting counts are read from the same lines.
