@@ -63,12 +63,15 @@ async def burst(url: str, n: int, max_tokens: int, timeout_s: float = 120) -> li
 @pytest.mark.parametrize("bottleneck", ["decoder", "model"])
 def test_full_downstream_queue_is_503_with_retry_after(apps, bottleneck):
     url = apps[bottleneck]
-    # 16 requests of 2 s each against 1 running + 1 queued: most must be turned away.
+    # 16 requests of 2 s each against 1 running + 1 queued: an unbounded queue would answer all 16 with 200. How many
+    # are turned away depends on when each reaches the model: they reach it over seconds, and each request that ends
+    # lets one more in (2026-12-08, 2-core machine: 7 of 16 rejected in CI, 7-14 idle; with 5-s requests 8-10 of 16
+    # over 32-43 s, so longer requests do not make the count steadier). A quarter is the bound asked.
     responses = asyncio.run(burst(url, 16, max_tokens=200))
     statuses = [r.status_code for r in responses]
     assert set(statuses) <= {200, 503}, statuses
     rejected = [r for r in responses if r.status_code == 503]
-    assert len(rejected) >= 8 and statuses.count(200) >= 1, statuses
+    assert len(rejected) >= 4 and statuses.count(200) >= 1, statuses
     for r in rejected:
         assert r.headers["retry-after"] == "1"
         err = r.json()["error"]
